@@ -1,0 +1,1 @@
+"""dgr: the series manager for the llama.cpp patch series (see README.md)."""

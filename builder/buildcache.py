@@ -1,0 +1,123 @@
+"""Published builds: `builds/<inputs-digest>/` with bin/, the test files and manifest.toml.
+
+A build is assembled in `tmp/<digest>.<pid>/` and renamed into place, so a
+published directory is always complete. Looking one up re-hashes every
+artifact; a mismatch is reported and the broken build removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tomllib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from builder import log
+from builder.digest import sha256_file
+from builder.locks import write_toml
+from builder.paths import Cache
+
+MANIFEST = "manifest.toml"
+
+
+def scan(root: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(files: relative path -> sha256, links: relative path -> link target) under `root`."""
+    files: dict[str, str] = {}
+    links: dict[str, str] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel == MANIFEST:
+            continue
+        if path.is_symlink():
+            links[rel] = str(path.readlink())
+        elif path.is_file():
+            files[rel] = sha256_file(path)
+    return files, links
+
+
+def problems(root: Path, manifest: dict[str, Any]) -> list[str]:
+    """Every artifact of `manifest` that is missing or differs on disk."""
+    found: list[str] = []
+    for rel, expected in manifest.get("artifacts", {}).items():
+        path = root / rel
+        actual = sha256_file(path) if path.is_file() and not path.is_symlink() else "missing"
+        if actual != expected:
+            found.append(f"{path}: expected sha256 {expected}, actual {actual}")
+    for rel, target in manifest.get("links", {}).items():
+        path = root / rel
+        actual = str(path.readlink()) if path.is_symlink() else "missing"
+        if actual != target:
+            found.append(f"{path}: expected a link to {target}, actual {actual}")
+    return found
+
+
+class BuildStore:
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+
+    def path(self, digest: str) -> Path:
+        return self.cache.builds / digest
+
+    def lookup(self, digest: str) -> dict[str, Any] | None:
+        """The manifest of the published build `digest` if it is intact; a broken one is removed."""
+        root = self.path(digest)
+        try:
+            manifest = tomllib.loads((root / MANIFEST).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            log.warn(
+                f"published build {root} has an unreadable {MANIFEST} ({exc}); removing it and rebuilding"
+            )
+            self.remove(digest)
+            return None
+        broken = problems(root, manifest)
+        if broken:
+            log.warn(
+                f"published build {root} is broken; removing it and rebuilding:\n    " + "\n    ".join(broken)
+            )
+            self.remove(digest)
+            return None
+        return manifest
+
+    def remove(self, digest: str) -> None:
+        root = self.path(digest)
+        if root.exists():
+            doomed = self.cache.tmp / f"removed-{digest}.{os.getpid()}"
+            self.cache.tmp.mkdir(parents=True, exist_ok=True)
+            root.rename(doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+
+    def publish(self, digest: str, fill: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+        """Let `fill` populate a temporary directory and return the manifest; then rename into place."""
+        with self.cache.tmpdir(digest) as staging:
+            manifest = fill(staging)
+            files, links = scan(staging)
+            manifest["artifacts"] = files
+            manifest["links"] = links
+            write_toml(staging / MANIFEST, manifest)
+            final = self.path(digest)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            self.remove(digest)
+            staging.rename(final)
+        return manifest
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """The cache-wide build lock; says so when it has to wait for another build."""
+        lock = FileLock(self.cache.lock_file("build"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            log.info(f"waiting for another dgr build to finish (lock {lock.lock_file}) ...")
+            lock.acquire()
+            log.info("lock acquired")
+        try:
+            yield
+        finally:
+            lock.release()

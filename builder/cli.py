@@ -1,0 +1,149 @@
+"""Command line: argparse and dispatch only; each command lives in builder/commands/<name>.py."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from builder import log
+from builder.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError
+
+EPILOG = "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-v", "--verbose", action="store_true", help="show every command and its output")
+
+
+def _mirror(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mirror",
+        type=Path,
+        metavar="PATH",
+        help="a local llama.cpp git repository to fetch from first (else $DGR_UPSTREAM_MIRROR)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dgr",
+        description="Series manager for the llama.cpp patch series.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.set_defaults(module=name.replace("-", "_"))
+        _common(p)
+        return p
+
+    p = command("check", "lint series <-> patches <-> manifest, patch messages and locks")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+
+    p = command("fetch", "obtain and verify the upstream into the cache; print its path")
+    _mirror(p)
+    p.add_argument("--upstream", metavar="SPEC", help="a locked rebase target instead of the pin")
+    p.add_argument(
+        "--model", action="store_true", help="also fetch and verify the test model; print its path"
+    )
+
+    p = command("build", "build the pinned llama.cpp with the series (cached by the inputs digest)")
+    p.add_argument(
+        "--json", action="store_true", help="print the build manifest as JSON (only that on stdout)"
+    )
+    p.add_argument("--upstream-only", action="store_true", help="build the unpatched upstream (the baseline)")
+    p.add_argument("--upstream", metavar="SPEC", help="build on a locked rebase target instead of the pin")
+    _mirror(p)
+
+    command("manifest", "rewrite locks/patches.toml from series/series and patches/")
+
+    p = command("edit", "create a git work tree with the series as commits; print its path")
+    p.add_argument("--dir", type=Path, help="where (default: <cache>/edit/<commit>)")
+    p.add_argument(
+        "--onto",
+        metavar="SOURCE",
+        help="start from another upstream (as rebase-check) and apply with 3-way merges",
+    )
+    _mirror(p)
+
+    p = command("export-patches", "write the edit tree's commits back to patches/, series and manifest")
+    p.add_argument("--dir", type=Path, help="the edit tree (default: <cache>/edit/<commit>)")
+    p.add_argument("--dry-run", action="store_true", help="only list what would change (exit 7 if anything)")
+
+    p = command("rebase-check", "report per patch whether the series applies onto another upstream")
+    p.add_argument(
+        "--onto",
+        required=True,
+        metavar="SOURCE",
+        help="pypi:llama-cpp-python==VERSION, a path to a llama.cpp git tree, or a commit in the mirror",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _mirror(p)
+
+    p = command("verify", "run the native tests and the conformance checks against the published build")
+    p.add_argument(
+        "--only",
+        metavar="GROUP[,GROUP]",
+        help="run only these groups: native, ownership, boundary, kv (default: all)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML")
+    p.add_argument("--threads", type=int, default=2, help="threads of every worker (default 2)")
+    _mirror(p)
+
+    p = command("generate", "greedy generation through a chain of layer-range workers, compared with unsplit")
+    p.add_argument("prompt", help="the prompt text")
+    p.add_argument(
+        "--split",
+        default="0:10,10:20,20:30",
+        help="layer ranges, one worker process each (default 0:10,10:20,20:30; 0:30 is the unsplit run)",
+    )
+    p.add_argument("-n", "--n-tokens", type=int, default=32, help="tokens to generate (default 32)")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--threads", type=int, default=2, help="threads of every worker (default 2)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _mirror(p)
+    return parser
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    log.set_verbose(args.verbose)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        module = importlib.import_module(f"builder.commands.{args.module}")
+        code: int = module.run(args)
+        return code
+    except DgrError as exc:
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("dgr: interrupted; nothing was published", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

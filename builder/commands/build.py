@@ -1,0 +1,21 @@
+"""`dgr build`: print where the artifacts are (or, with --json, the build manifest)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from builder import build
+from builder.errors import EXIT_OK
+from builder.paths import Context
+
+
+def run(args: argparse.Namespace) -> int:
+    ctx = Context.discover()
+    request = build.Request(upstream_only=args.upstream_only, mirror=args.mirror, upstream=args.upstream)
+    result = build.run(ctx, request)
+    if args.json:
+        print(json.dumps({**result.manifest, "path": str(result.path), "status": result.status}, indent=2))
+    else:
+        print(result.path)
+    return EXIT_OK

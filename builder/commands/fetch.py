@@ -1,0 +1,20 @@
+"""`dgr fetch`: obtain and verify the upstream (and with --model the model); print their paths."""
+
+from __future__ import annotations
+
+import argparse
+
+from builder import locks, model, upstream
+from builder.errors import EXIT_OK
+from builder.paths import Context
+
+
+def run(args: argparse.Namespace) -> int:
+    ctx = Context.discover()
+    lock = locks.load_upstream(ctx.repo.locks_dir)
+    pin, sources = upstream.select(lock, args.upstream)
+    got = upstream.obtain(ctx.cache, pin, sources, args.mirror)
+    print(got.repo)
+    if args.model:
+        print(model.fetch(ctx.cache, locks.load_model(ctx.repo.locks_dir)))
+    return EXIT_OK

@@ -1,0 +1,22 @@
+"""`dgr manifest`: rewrite locks/patches.toml from the series and the patches (atomic write)."""
+
+from __future__ import annotations
+
+import argparse
+
+from builder import log, manifest
+from builder.errors import EXIT_OK
+from builder.paths import Context
+
+
+def run(args: argparse.Namespace) -> int:
+    repo = Context.discover().repo
+    computed = manifest.compute(repo)
+    data = manifest.serialize(computed)
+    if repo.manifest_file.is_file() and repo.manifest_file.read_bytes() == data:
+        log.info(f"{repo.rel(repo.manifest_file)} is up to date ({len(computed.patches)} patch(es))")
+    else:
+        manifest.write(repo, computed)
+        log.info(f"wrote {repo.rel(repo.manifest_file)} ({len(computed.patches)} patch(es))")
+    print(repo.manifest_file)
+    return EXIT_OK

@@ -1,0 +1,11 @@
+"""`dgr verify`: the native tests and the conformance checks of verify/ (imported when run)."""
+
+from __future__ import annotations
+
+import argparse
+
+from verify import cli
+
+
+def run(args: argparse.Namespace) -> int:
+    return cli.run(args)

@@ -1,0 +1,120 @@
+"""Downloads from PyPI with `pip download`, verified into `<cache>/downloads/<sha256>/<file>`.
+
+pip is used (not raw HTTP) so that the machine's pip configuration (index,
+proxy, certificates) applies. A file enters the cache only after its SHA-256
+matches the lock; on a mismatch nothing is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import log, proc
+from builder.digest import sha256_file
+from builder.errors import IntegrityError, NetworkError, UpstreamError
+from builder.paths import Cache
+
+_NETWORK_PATTERNS = re.compile(
+    r"NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution|"
+    r"Name or service not known|Network is unreachable|Connection refused|ConnectTimeout|ReadTimeout|"
+    r"No route to host|Could not fetch URL|ProxyError|SSLError|Max retries exceeded",
+)
+
+
+@dataclass(frozen=True)
+class Download:
+    """One distribution file on PyPI; `sha256` None means unverified (no lock entry)."""
+
+    package: str
+    version: str
+    filename: str
+    sha256: str | None
+    binary: bool
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+def fetch(cache: Cache, item: Download) -> Path:
+    """The verified file in the cache, downloading it when it is not there (or broken)."""
+    if item.sha256:
+        cached = cache.downloads / item.sha256 / item.filename
+        if cached.is_file():
+            actual = sha256_file(cached)
+            if actual == item.sha256:
+                log.info(f"{item.filename}: cached and verified ({cached})")
+                return cached
+            log.warn(
+                f"cached {cached} is broken (expected sha256 {item.sha256}, actual {actual}); re-downloading"
+            )
+            shutil.rmtree(cached.parent)
+    with cache.tmpdir(f"download-{item.package}") as tmp:
+        with log.step(f"download {item.requirement} from PyPI (pip download)"):
+            _pip_download(item, tmp)
+        files = [p for p in tmp.iterdir() if p.is_file()]
+        found = next((p for p in files if p.name == item.filename), None)
+        if found is None:
+            raise UpstreamError(
+                f"pip download {item.requirement} did not produce {item.filename}",
+                actual=", ".join(p.name for p in files) or "no file",
+                hint="check the package name and version in the lock",
+            )
+        actual = sha256_file(found)
+        if item.sha256 is None:
+            log.warn(f"{item.filename} is not in any lock: UNVERIFIED download (sha256 {actual})")
+        elif actual != item.sha256:
+            raise IntegrityError(
+                f"{item.filename} downloaded from PyPI does not match the lock; nothing was cached",
+                expected=item.sha256,
+                actual=actual,
+                hint="if PyPI really serves a new file, review it and update the sha256 in locks/; "
+                "otherwise retry (proxy or mirror corruption)",
+            )
+        return _publish(cache, found, actual)
+
+
+def _pip_download(item: Download, dest: Path) -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--only-binary" if item.binary else "--no-binary",
+        ":all:",
+        "--dest",
+        str(dest),
+        item.requirement,
+    ]
+    try:
+        proc.run(cmd, error=UpstreamError, what=f"pip download {item.requirement} failed")
+    except UpstreamError as exc:
+        if exc.detail and _NETWORK_PATTERNS.search(exc.detail):
+            raise NetworkError(
+                f"PyPI is unreachable: pip download {item.requirement} failed",
+                detail=exc.detail,
+                hint="check the network or pip's index configuration, or use a local mirror (--mirror PATH)",
+            ) from exc
+        raise
+
+
+def _publish(cache: Cache, file: Path, digest: str) -> Path:
+    final_dir = cache.downloads / digest
+    staging = cache.downloads / f".{digest}.{os.getpid()}"
+    staging.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(file), staging / file.name)
+    try:
+        staging.rename(final_dir)
+    except OSError:
+        if not (final_dir / file.name).is_file():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final_dir / file.name

@@ -1,0 +1,45 @@
+"""Fixtures: every test gets its own cache dir; unit tests must never start a real build."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import FakeUpstream, make_fake_upstream, make_repo, make_series
+
+
+@pytest.fixture(autouse=True)
+def isolated(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A private cache dir and no user mirror; outside e2e tests, ninja may not run (fail loudly)."""
+    monkeypatch.setenv("DGR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("DGR_UPSTREAM_MIRROR", raising=False)
+    monkeypatch.delenv("DGR_REPO", raising=False)
+    if request.node.get_closest_marker("e2e") is None:
+
+        def no_build(*args: object, **kwargs: object) -> list[str]:
+            raise AssertionError(f"unit test tried to run a real build: {args}")
+
+        monkeypatch.setattr("builder.proc.stream", no_build)
+
+
+@pytest.fixture(scope="session")
+def fake_upstream(tmp_path_factory: pytest.TempPathFactory) -> FakeUpstream:
+    return make_fake_upstream(tmp_path_factory.mktemp("upstream") / "llama.cpp")
+
+
+@pytest.fixture(scope="session")
+def fake_patches(fake_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return make_series(fake_upstream, tmp_path_factory.mktemp("series") / "work")
+
+
+@pytest.fixture
+def repo(
+    tmp_path: Path, fake_upstream: FakeUpstream, fake_patches: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """A dgr repository for the fake upstream, found through $DGR_REPO, with the mirror configured."""
+    root = make_repo(tmp_path / "repo", fake_upstream, fake_patches)
+    monkeypatch.setenv("DGR_REPO", str(root))
+    monkeypatch.setenv("DGR_UPSTREAM_MIRROR", str(fake_upstream.path))
+    yield root

@@ -1,0 +1,109 @@
+"""The build plan: native tests derived from the patches, the inputs digest and what enters it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builder import build, patchfile
+from builder.cli import main
+from builder.cmake import Compiler, Toolchain
+from builder.paths import Context
+from tests.helpers import FIXTURES, write_manifest
+
+ADDS_TESTS = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: A <a@b>
+Date: Thu, 1 Jan 2026 00:00:00 +0000
+Subject: [PATCH] tests : add two tests
+
+Body.
+
+diff --git a/tests/CMakeLists.txt b/tests/CMakeLists.txt
+index 1111111..2222222 100644
+--- a/tests/CMakeLists.txt
++++ b/tests/CMakeLists.txt
+@@ -1,1 +1,4 @@
+ llama_build_and_test(test-sampling.cpp)
++llama_build_and_test(test-layer-range.cpp)
++llama_build_and_test(test-bundle.cpp NAME test-bundle-v1 LABEL main)
++# llama_build_and_test(test-commented-out.cpp)
+"""
+
+
+def test_native_tests_from_added_lines() -> None:
+    assert build.native_tests([patchfile.parse(ADDS_TESTS)]) == ("test-layer-range", "test-bundle-v1")
+
+
+def test_fixture_series_adds_no_native_tests() -> None:
+    patches = [patchfile.load(p) for p in sorted((FIXTURES / "series" / "patches").iterdir())]
+    assert build.native_tests(patches) == ()
+
+
+def digest(request: build.Request | None = None) -> str:
+    return build.plan(Context.discover(), request or build.Request()).digest
+
+
+def test_digest_is_stable_and_input_sensitive(repo: Path) -> None:
+    first = digest()
+    assert digest() == first
+    baseline = digest(build.Request(upstream_only=True))
+    assert baseline != first
+    patch = repo / "patches" / "docs-add-a-fixture-page.patch"
+    patch.write_text(patch.read_text().replace("A page added by a patch.", "A page added by the patch."))
+    write_manifest(repo)
+    assert digest() != first
+    # the baseline does not depend on the series
+    assert digest(build.Request(upstream_only=True)) == baseline
+
+
+def test_worker_sources_enter_the_digest(repo: Path) -> None:
+    without = digest()
+    shutil.copytree(FIXTURES / "worker", repo / "verify" / "worker")
+    with_worker = digest()
+    assert with_worker != without
+    (repo / "verify" / "worker" / "main.cpp").write_text("int main() { return 0; }\n")
+    assert digest() != with_worker
+    # the baseline builds the worker too (against the unpatched API), so its sources enter its digest
+    baseline = build.plan(Context.discover(), build.Request(upstream_only=True))
+    assert set(baseline.worker_files) == {"CMakeLists.txt", "main.cpp"}
+
+
+def test_definitions_fix_build_commit_and_map_paths(repo: Path) -> None:
+    plan = build.plan(Context.discover(), build.Request())
+    defs = plan.inputs["cmake_options"]
+    assert defs["LLAMA_BUILD_COMMIT"].endswith("-p3")
+    assert defs["LLAMA_BUILD_NUMBER"] == "0"
+    assert "-ffile-prefix-map={src}=/src" in defs["CMAKE_C_FLAGS"]
+    assert defs["GGML_NATIVE"] == "OFF"
+    assert plan.targets == ["llama", "ggml"]
+
+
+def test_tampered_series_refused_before_planning(repo: Path) -> None:
+    (repo / "series" / "series").write_text("# changed\n")
+    with pytest.raises(Exception, match="series/series does not match"):
+        digest()
+
+
+def test_compiler_change_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "last-compiler.toml"
+    state.write_text('cc = "gcc (old) 11.0"\ncxx = "g++ (old) 11.0"\n')
+    toolchain = Toolchain(
+        Path("cmake"),
+        Path("ctest"),
+        Path("ninja"),
+        "4.4.5",
+        "1.13.2",
+        Compiler("/usr/bin/gcc", "gcc (new) 12.2"),
+        Compiler("/usr/bin/g++", "g++ (old) 11.0"),
+    )
+    build._warn_if_compiler_changed(state, toolchain)
+    err = capsys.readouterr().err
+    assert "the cc compiler changed since the last build: was 'gcc (old) 11.0', now 'gcc (new) 12.2'" in err
+    assert "cxx" not in err
+
+
+def test_unknown_upstream_spec_is_a_usage_error(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", "--upstream", "pypi:llama-cpp-python==9.9.9"]) == 2
+    assert "unknown upstream 'pypi:llama-cpp-python==9.9.9'" in capsys.readouterr().err

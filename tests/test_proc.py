@@ -1,0 +1,42 @@
+"""The subprocess wrapper: failures carry the command, exit code and output; Ctrl-C in a child is ours."""
+
+from __future__ import annotations
+
+import pytest
+
+from builder.errors import BuildError
+from builder.proc import run
+from builder.proc import stream as real_stream  # bound before the autouse fixture blocks builds
+
+
+def test_run_failure_shows_command_code_and_indented_output() -> None:
+    with pytest.raises(BuildError) as info:
+        run(["sh", "-c", "echo out; echo err >&2; exit 3"], error=BuildError, what="it failed", hint="fix it")
+    assert info.value.what == "it failed"
+    assert (
+        info.value.detail
+        == "$ sh -c 'echo out; echo err >&2; exit 3'\nexit code 3; its output:\n  err\n  out"
+    )
+    assert info.value.hint == "fix it"
+
+
+def test_run_returns_captured_output() -> None:
+    assert run(["sh", "-c", "echo hello"]).stdout == "hello\n"
+
+
+def test_stream_forwards_progress_and_keeps_the_tail(capsys: pytest.CaptureFixture[str]) -> None:
+    tail = real_stream(["sh", "-c", "echo noise; echo '[1/2] a'; echo '[2/2] b'"], every_s=0)
+    assert tail == ["noise", "[1/2] a", "[2/2] b"]
+    assert capsys.readouterr().err == "    [1/2] a\n    [2/2] b\n"
+
+
+def test_stream_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(BuildError) as info:
+        real_stream(["sh", "-c", "echo 'compile error'; exit 1"], error=BuildError)
+    assert "compile error" in (info.value.detail or "")
+
+
+@pytest.mark.parametrize("script", ["exit 130", "kill -INT $$"])
+def test_child_interrupted_is_an_interrupt(script: str) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        real_stream(["sh", "-c", script])

@@ -1,0 +1,64 @@
+"""`dgr rebase-check` against a newer fake upstream: clean, 3-way and conflict, reported per patch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builder.cli import main
+from tests.helpers import FakeUpstream
+
+
+@pytest.mark.parametrize("how", ["commit", "path"])
+def test_report_every_patch(
+    repo: Path, fake_upstream: FakeUpstream, tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if how == "commit":
+        onto = fake_upstream.later
+    else:
+        from tests.helpers import git
+
+        onto = str(tmp_path / "later")
+        git(tmp_path, "clone", "-q", str(fake_upstream.path), onto)
+        git(Path(onto), "checkout", "-q", fake_upstream.later)
+    assert main(["rebase-check", "--onto", onto, "--json"]) == 5
+    report = json.loads(capsys.readouterr().out)
+    assert report["onto"]["commit"] == fake_upstream.later
+    assert report["onto"]["verified"] is False
+    assert [(p["name"], p["status"]) for p in report["patches"]] == [
+        ("docs-add-a-fixture-page.patch", "clean"),
+        ("readme-name-the-cann-vendor.patch", "3-way"),
+        ("readme-mark-hexagon-experimental.patch", "conflict"),
+    ]
+    conflict = report["patches"][2]
+    assert conflict["files"] == ["README.md"]
+    assert conflict["hunks"][0]["file"] == "README.md"
+    assert conflict["hunks"][0]["header"].startswith("@@ -")
+    assert "dgr edit --onto" in report["next"]
+    assert report["ok"] is False
+
+
+def test_onto_the_pin_itself_is_clean(
+    repo: Path, fake_upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["rebase-check", "--onto", fake_upstream.base]) == 0
+    out = capsys.readouterr().out
+    assert out.count("clean") >= 3
+    assert "applies cleanly" in out
+
+
+def test_edit_onto_stops_at_the_conflict(
+    repo: Path, fake_upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["edit", "--onto", fake_upstream.later]) == 5
+    captured = capsys.readouterr()
+    tree = Path(captured.out.strip())
+    assert (tree / ".git" / "rebase-apply").is_dir()
+    assert "readme-mark-hexagon-experimental.patch conflicts" in captured.err
+
+
+def test_unknown_onto(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rebase-check", "--onto", "no such thing"]) == 2
+    assert "cannot resolve --onto" in capsys.readouterr().err

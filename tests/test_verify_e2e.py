@@ -1,0 +1,164 @@
+"""End-to-end for the patch series: the real series built in its own cache, `dgr verify` on the real model
+and the synthetic fixtures, `dgr generate`, and the published worker fed bad input (marker e2e, slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import ROOT, run_dgr
+from verify import bundle, frames
+from verify.client import Worker, WorkerError
+
+pytestmark = pytest.mark.e2e
+
+NATIVE_TESTS = {"test-llama-layer-range", "test-llama-boundary", "test-llama-kv-range"}
+
+
+@pytest.fixture(scope="session")
+def real_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    shared = os.environ.get("DGR_TEST_CACHE")
+    return Path(shared) / "series" if shared else tmp_path_factory.mktemp("series-cache")
+
+
+def dgr(cache: Path, *args: str) -> Any:
+    return run_dgr(*args, env={"DGR_REPO": str(ROOT), "DGR_CACHE_DIR": str(cache)})
+
+
+@pytest.fixture(scope="session")
+def real_build(real_cache: Path) -> dict[str, Any]:
+    result = dgr(real_cache, "build", "--json")
+    assert result.returncode == 0, result.stderr
+    manifest: dict[str, Any] = json.loads(result.stdout)
+    return manifest
+
+
+@pytest.fixture(scope="session")
+def verify_run(real_cache: Path, real_build: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    junit = tmp_path_factory.mktemp("junit") / "verify.xml"
+    result = dgr(real_cache, "verify", "--json", "--junit", str(junit))
+    report = json.loads(result.stdout) if result.stdout.strip() else {}
+    return result, report, junit
+
+
+def checks_of(report: dict[str, Any], group: str) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in report["checks"] if c["group"] == group}
+
+
+def test_build_holds_the_native_tests_and_the_worker(real_build: dict[str, Any]) -> None:
+    assert set(real_build["build"]["native_tests"]) >= NATIVE_TESTS
+    assert "bin/layer-worker" in real_build["artifacts"]
+    assert len(real_build["patches"]) == 3
+
+
+def test_verify_passes_every_check(verify_run: Any) -> None:
+    result, report, _ = verify_run
+    failed = [f"{c['group']}/{c['name']}: {c['detail']}" for c in report.get("checks", []) if not c["passed"]]
+    assert result.returncode == 0 and report["passed"], "\n".join(failed) or result.stderr[-3000:]
+    assert report["groups"] == ["native", "ownership", "boundary", "kv"]
+
+
+def test_native_tests_ran_from_ctest(verify_run: Any) -> None:
+    native = checks_of(verify_run[1], "native")
+    assert set(native) == NATIVE_TESTS
+    assert all(c["evidence"] == "native test" and c["passed"] for c in native.values())
+
+
+def test_ownership_figures(verify_run: Any) -> None:
+    own = checks_of(verify_run[1], "ownership")
+    for label in ("synth-untied", "synth-tied", "smollm2"):
+        for k in (1, 2, 3, 5, 30):
+            c = own[f"split-{k}/{label}"]
+            assert c["passed"] and c["figures"]["max_buffer_deviation"] <= 0.01
+    assert own["split-30/smollm2"]["figures"]["tied_head_holders"] == 2
+    assert own["peak-rss-10-layers/smollm2"]["figures"]["middle_ratio"] <= 0.45
+    assert own["invalid-ranges/smollm2"]["figures"]["refused"] == 5
+
+
+def test_boundary_figures(verify_run: Any) -> None:
+    bnd = checks_of(verify_run[1], "boundary")
+    for name, c in bnd.items():
+        if name.startswith("prefill-split-"):
+            assert c["figures"]["bit_exact"] and c["figures"]["max_abs_diff"] == 0.0, name
+    assert bnd["no-range-vs-upstream/smollm2"]["figures"]["bit_identical"]
+    assert bnd["generate-3-workers/smollm2"]["figures"]["matching_tokens"] == [64, 64, 64]
+    assert bnd["refusals/smollm2"]["figures"]["refused"] == 7
+
+
+def test_kv_figures(verify_run: Any) -> None:
+    kv = checks_of(verify_run[1], "kv")
+    assert kv["interleaved-4-sessions/smollm2"]["figures"]["matching_tokens"] == [64] * 4
+    assert kv["kv-bytes-per-shard/smollm2"]["figures"]["max_deviation"] <= 0.01
+    fail = kv["worker-failure/smollm2"]["figures"]
+    assert fail["killed_shard"] == 1 and fail["hung_shard"] == 1
+    assert fail["hung_detected_s"] <= fail["deadline_s"] + 2
+
+
+def test_report_is_kept_and_junit_written(verify_run: Any, real_cache: Path) -> None:
+    _, report, junit = verify_run
+    assert (real_cache / "reports" / f"{report['inputs_digest']}.json").is_file()
+    suite = ET.parse(junit).getroot()
+    assert int(suite.get("tests", "0")) == len(report["checks"])
+    assert int(suite.get("failures", "-1")) == 0
+
+
+def test_generate_matches_unsplit(real_cache: Path, real_build: dict[str, Any]) -> None:
+    result = dgr(real_cache, "generate", "--split", "0:7,7:19,19:30", "-n", "12", "--json", "The sky is")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["matches_unsplit"] and len(out["tokens"]) == 12 and out["text"]
+
+
+def test_generate_refuses_a_split_that_does_not_tile(real_cache: Path, real_build: dict[str, Any]) -> None:
+    result = dgr(real_cache, "generate", "--split", "0:10,12:30", "x")
+    assert result.returncode == 2
+    assert "does not tile" in result.stderr
+
+
+@pytest.fixture(scope="session")
+def worker_bin(real_cache: Path, real_build: dict[str, Any]) -> Path:
+    return Path(real_build["path"]) / "bin" / "layer-worker"
+
+
+def test_worker_survives_garbage_on_its_transport(worker_bin: Path) -> None:
+    with Worker(worker_bin, "garbage") as w:
+        w.send_raw(b"this is not a frame" * 10)
+        reply = w.read_reply("garbage")
+        assert reply.header["error"]["code"] == "bad_frame"
+        w.send_raw(frames.encode({"id": 5, "op": "hello"})[:4] + struct.pack("<IQ", 10, 1 << 40))
+        assert w.read_reply("oversized").header["error"]["code"] == "frame_too_large"
+        w.send_raw(frames.PREFIX.pack(frames.MAGIC, 12, 0) + b"{broken json")
+        assert w.read_reply("bad json").header["error"]["code"] == "bad_request"
+        assert w.request("hello").header["protocol"] == 1
+
+
+def test_worker_decoder_refuses_malformed_bundles(worker_bin: Path, real_cache: Path) -> None:
+    model = next((real_cache / "models").glob("*/*.gguf"))
+    with Worker(worker_bin, "head") as head, Worker(worker_bin, "tail") as tail:
+        for w, (b, e) in ((head, (0, 15)), (tail, (15, 30))):
+            w.request("load", model=str(model), layer_begin=b, layer_end=e, context=True)
+        fields = {"session": "s", "epoch": 1, "pos": 0, "n_tokens": 3}
+        good = head.request("decode", tokens=[1, 2, 3], **fields).body
+        decoded = bundle.decode(good)
+        meta = dict(decoded.meta)
+        res = decoded.tensor("residual")
+        cases = {
+            "truncated": good[:-7],
+            "trailing": good + b"\0" * 4,
+            "unknown version": bundle.encode({**meta, "version": "2"}, decoded.tensors),
+            "non-finite": bundle.encode(meta, {"residual": ("F32", res * float("nan"))}),
+            "n_tokens": bundle.encode({**meta, "n_tokens": "4"}, decoded.tensors),
+            "unknown dtype": good.replace(b'"dtype":"F32"', b'"dtype":"F64"', 1),
+        }
+        for name, data in cases.items():
+            with pytest.raises(WorkerError) as info:
+                tail.request("decode", data, **fields)
+            assert info.value.code in ("bad_bundle", "bundle_mismatch"), name
+        reply = tail.request("decode", good, **fields)
+        assert len(reply.header["argmax"]) == 1

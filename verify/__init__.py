@@ -1,0 +1,1 @@
+"""The conformance harness: drives layer-worker processes and checks the patched llama.cpp."""

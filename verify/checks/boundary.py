@@ -1,0 +1,246 @@
+"""Concern 2: boundary input/output, the bundle, and split generation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from verify import bundle, inventory, prompts, synth
+from verify.client import Worker, WorkerError
+from verify.env import Env
+from verify.pipeline import Pipeline
+from verify.report import REAL_MODEL, SYNTHETIC, Check, guarded, matching_prefix
+
+SPLITS = (2, 3, 5, 30)
+PREFILL_TOKENS = 64
+GEN_TOKENS = 64
+MAX_ABS_LIMIT = 1e-4
+
+
+def _prefill_tokens(env: Env, pipe: Pipeline, model_is_real: bool) -> list[int]:
+    if model_is_real:
+        tokens = pipe.tokenize(prompts.LONG)
+        if len(tokens) < PREFILL_TOKENS:
+            raise RuntimeError(f"the prompt has {len(tokens)} tokens, fewer than {PREFILL_TOKENS}")
+        return tokens[:PREFILL_TOKENS]
+    rng = np.random.default_rng(5)
+    return [int(t) for t in rng.integers(0, synth.LLAMA_UNTIED.n_vocab, PREFILL_TOKENS)]
+
+
+def check_prefill_splits(env: Env, model: Any, evidence: str, label: str) -> list[Check]:
+    """Tail logits of a split prefill vs the unsplit model's, for every token of the prompt."""
+    n_layer = inventory.read(model).n_layer
+    checks = []
+    with Pipeline(env.worker, model, [(0, n_layer)], threads=env.threads) as whole:
+        tokens = _prefill_tokens(env, whole, evidence == REAL_MODEL)
+        ref = whole.step("prefill", 1, 0, tokens, logits="all").logits
+    for k in SPLITS:
+        with Pipeline(env.worker, model, inventory.split(n_layer, k), threads=env.threads) as pipe:
+            out = pipe.step("prefill", 1, 0, tokens, logits="all").logits
+        max_abs = float(np.abs(out - ref).max())
+        exact = bool(np.array_equal(out, ref))
+        figures = {
+            "shards": k,
+            "tokens": len(tokens),
+            "max_abs_diff": max_abs,
+            "bit_exact": exact,
+            "logits_compared": int(ref.size),
+        }
+        checks.append(
+            Check(
+                "boundary",
+                f"prefill-split-{k}/{label}",
+                evidence,
+                max_abs <= MAX_ABS_LIMIT,
+                figures,
+                "" if max_abs <= MAX_ABS_LIMIT else f"max abs diff {max_abs} > {MAX_ABS_LIMIT}",
+            )
+        )
+    return checks
+
+
+def check_baseline(env: Env) -> Check:
+    """The patched build with no range gives the logits of the upstream build, bit for bit."""
+    if env.baseline_worker is None:
+        return Check(
+            "boundary",
+            "no-range-vs-upstream/smollm2",
+            REAL_MODEL,
+            False,
+            {},
+            "no upstream baseline build: run `dgr build --upstream-only`",
+        )
+    results = []
+    for binary in (env.worker, env.baseline_worker):
+        with Pipeline(binary, env.model, [(0, 30)], threads=env.threads) as pipe:
+            tokens = pipe.tokenize(prompts.LONG)[:PREFILL_TOKENS]
+            results.append(pipe.step("baseline", 1, 0, tokens, logits="all").logits)
+            results.append(pipe.step("baseline", 1, len(tokens), [tokens[-1]], logits="all").logits)
+    patched = np.concatenate(results[:2])
+    upstream = np.concatenate(results[2:])
+    exact = bool(np.array_equal(patched, upstream))
+    figures = {
+        "tokens": PREFILL_TOKENS + 1,
+        "bit_identical": exact,
+        "max_abs_diff": float(np.abs(patched - upstream).max()),
+    }
+    return Check(
+        "boundary",
+        "no-range-vs-upstream/smollm2",
+        REAL_MODEL,
+        exact,
+        figures,
+        "" if exact else "the patched build without a range differs from upstream",
+    )
+
+
+def check_generation(env: Env) -> Check:
+    """Greedy generation through 3 worker processes equals the unsplit model, token for token."""
+    problems = []
+    matched = []
+    with (
+        Pipeline(env.worker, env.model, [(0, 30)], threads=env.threads) as whole,
+        Pipeline(env.worker, env.model, [(0, 10), (10, 20), (20, 30)], threads=env.threads) as split,
+    ):
+        for i, text in enumerate(prompts.GENERATION):
+            tokens = whole.tokenize(text)
+            a = whole.generate(f"gen{i}", 1, tokens, GEN_TOKENS)
+            b = split.generate(f"gen{i}", 1, tokens, GEN_TOKENS)
+            same = matching_prefix(a, b)
+            matched.append(same)
+            if a != b:
+                problems.append(f"prompt {i}: diverges at token {same}")
+    return Check(
+        "boundary",
+        "generate-3-workers/smollm2",
+        REAL_MODEL,
+        not problems,
+        {"prompts": len(prompts.GENERATION), "tokens_each": GEN_TOKENS, "matching_tokens": matched},
+        "\n".join(problems),
+    )
+
+
+def check_fragments(env: Env) -> Check:
+    """With a 16 KiB frame limit every bundle and the logits travel as fragments; results stay identical."""
+    with (
+        Pipeline(env.worker, env.model, [(0, 30)], threads=env.threads) as whole,
+        Pipeline(env.worker, env.model, [(0, 15), (15, 30)], threads=env.threads, max_body=16 << 10) as split,
+    ):
+        tokens = whole.tokenize(prompts.LONG)[:PREFILL_TOKENS]
+        ref = whole.step("frag", 1, 0, tokens, logits="all").logits
+        out = split.step("frag", 1, 0, tokens, logits="all").logits
+    exact = bool(np.array_equal(ref, out))
+    bundle_bytes = PREFILL_TOKENS * 576 * 4
+    return Check(
+        "boundary",
+        "fragmented-bundles/smollm2",
+        REAL_MODEL,
+        exact,
+        {
+            "max_body": 16 << 10,
+            "bundle_bytes": bundle_bytes,
+            "fragments_per_bundle": -(-bundle_bytes // (16 << 10)),
+            "bit_exact": exact,
+        },
+    )
+
+
+def _expect_refusal(w: Worker, code: str, phrase: str, body: bytes = b"", **fields: Any) -> str | None:
+    try:
+        w.request("decode", body, **fields)
+    except WorkerError as e:
+        if e.code != code or phrase not in e.message:
+            return f"expected {code} mentioning {phrase!r}, got {e.code}: {e.message}"
+        return None
+    return f"accepted, expected {code}"
+
+
+def check_refusals(env: Env) -> Check:
+    problems: dict[str, str] = {}
+    with (
+        Pipeline(env.worker, env.model, [(0, 10), (10, 20), (20, 30)], threads=env.threads) as pipe,
+        Pipeline(
+            env.worker, env.synth(synth.LLAMA_UNTIED), [(0, 10), (10, 30)], threads=env.threads
+        ) as other,
+    ):
+        head, middle, tail = pipe.workers
+        tokens = pipe.tokenize(prompts.GENERATION[0])
+        n = len(tokens)
+        base = {"session": "r", "epoch": 1, "pos": 0, "n_tokens": n}
+        good = head.request("decode", tokens=tokens, **base).body
+        other_bundle = other.workers[0].request("decode", tokens=[t % 256 for t in tokens], **base).body
+        cases = {
+            "middle fed tokens": (middle, "wrong_input", "not tokens", b"", {"tokens": tokens}),
+            "head fed a bundle": (head, "wrong_input", "not a bundle", good, {}),
+            "bundle from another model": (middle, "bundle_mismatch", "model", other_bundle, {}),
+            "bundle of the wrong layer range": (tail, "bundle_mismatch", "layer_end", good, {}),
+            "bundle with another epoch": (middle, "bundle_mismatch", "epoch", good, {"epoch": 2}),
+            "truncated bundle": (middle, "bad_bundle", "truncated", good[:-100], {}),
+            "bundle with trailing bytes": (middle, "bad_bundle", "trailing", good + b"\0" * 8, {}),
+        }
+        for name, (w, code, phrase, body, extra) in cases.items():
+            err = _expect_refusal(w, code, phrase, body, **{**base, **extra})
+            if err:
+                problems[name] = err
+        # the chain still works after the refusals
+        middle.request("decode", good, **base)
+    return Check(
+        "boundary",
+        "refusals/smollm2",
+        REAL_MODEL,
+        not problems,
+        {"cases": len(cases), "refused": len(cases) - len(problems)},
+        "\n".join(f"{k}: {v}" for k, v in problems.items()),
+    )
+
+
+def check_codec_roundtrip(env: Env) -> Check:
+    """A bundle the worker wrote decodes in Python with every field, and re-encodes to the same bytes."""
+    with Pipeline(env.worker, env.model, [(0, 10), (10, 30)], threads=env.threads) as pipe:
+        tokens = pipe.tokenize(prompts.GENERATION[1])
+        rep = pipe.workers[0].request(
+            "decode", tokens=tokens, session="c", epoch=3, pos=0, n_tokens=len(tokens)
+        )
+    b = bundle.decode(rep.body)
+    meta_ok = (
+        b.meta.get("layer_end") == "10"
+        and b.meta.get("session") == "c"
+        and b.meta.get("epoch") == "3"
+        and b.meta.get("n_tokens") == str(len(tokens))
+    )
+    res = b.tensor("residual")
+    same = bundle.encode(b.meta, b.tensors) == rep.body
+    passed = meta_ok and res.shape == (len(tokens), 576) and same
+    return Check(
+        "boundary",
+        "bundle-codec-interop/smollm2",
+        REAL_MODEL,
+        passed,
+        {"bundle_bytes": len(rep.body), "shape": list(res.shape), "reencoded_identical": same},
+    )
+
+
+def run(env: Env) -> list[Check]:
+    checks: list[Check] = []
+    for spec, evidence, label in (
+        (synth.LLAMA_UNTIED, SYNTHETIC, "synth-untied"),
+        (synth.LLAMA_TIED, SYNTHETIC, "synth-tied"),
+        (None, REAL_MODEL, "smollm2"),
+    ):
+        model = env.model if spec is None else env.synth(spec)
+        checks += guarded(
+            "boundary",
+            f"prefill-splits/{label}",
+            evidence,
+            lambda m=model, e=evidence, lb=label: check_prefill_splits(env, m, e, lb),
+        )
+    for name, fn in (
+        ("no-range-vs-upstream/smollm2", check_baseline),
+        ("generate-3-workers/smollm2", check_generation),
+        ("fragmented-bundles/smollm2", check_fragments),
+        ("refusals/smollm2", check_refusals),
+        ("bundle-codec-interop/smollm2", check_codec_roundtrip),
+    ):
+        checks += guarded("boundary", name, REAL_MODEL, lambda f=fn: f(env))
+    return checks

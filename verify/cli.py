@@ -1,0 +1,111 @@
+"""`dgr verify [--only GROUP,...] [--json] [--junit FILE]`: native tests and conformance checks against
+the published build of the current inputs (built first if needed), with the locked model and synthetic
+fixtures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from builder import build, locks, log, model
+from builder.cmake import Toolchain
+from builder.errors import UsageError, VerifyError
+from builder.locks import write_atomic
+from builder.paths import Context
+from verify import native
+from verify.checks import boundary, kv, ownership
+from verify.env import Env
+from verify.report import Check, table
+
+GROUPS = ("native", "ownership", "boundary", "kv")
+REPORT_FORMAT = 1
+
+
+def groups_of(only: str | None) -> tuple[str, ...]:
+    groups = GROUPS if not only else tuple(g.strip() for g in only.split(",") if g.strip())
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown or not groups:
+        raise UsageError(f"unknown group(s) in --only {only!r}", hint=f"choose from {', '.join(GROUPS)}")
+    return groups
+
+
+def junit_xml(checks: list[Check]) -> bytes:
+    suite = ET.Element(
+        "testsuite",
+        name="dgr-verify",
+        tests=str(len(checks)),
+        failures=str(sum(not c.passed for c in checks)),
+    )
+    for c in checks:
+        case = ET.SubElement(suite, "testcase", classname=f"{c.group}", name=c.name)
+        ET.SubElement(case, "properties").extend(
+            [
+                ET.Element("property", name="evidence", value=c.evidence),
+                ET.Element("property", name="figures", value=json.dumps(c.figures, default=str)),
+            ]
+        )
+        if not c.passed:
+            ET.SubElement(case, "failure", message=(c.detail or "failed").splitlines()[0]).text = c.detail
+    return ET.tostring(suite, encoding="utf-8", xml_declaration=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    groups = groups_of(args.only)
+    ctx = Context.discover()
+    patched = build.run(ctx, build.Request(mirror=args.mirror))
+    baseline = (
+        build.run(ctx, build.Request(upstream_only=True, mirror=args.mirror))
+        if "boundary" in groups
+        else None
+    )
+    model_path = model.fetch(ctx.cache, locks.load_model(ctx.repo.locks_dir))
+    worker = patched.path / "bin" / "layer-worker"
+    env = Env(
+        worker=worker,
+        model=model_path,
+        fixtures=ctx.cache.root / "fixtures",
+        threads=args.threads,
+        baseline_worker=baseline.path / "bin" / "layer-worker" if baseline else None,
+    )
+    checks: list[Check] = []
+    durations: dict[str, float] = {}
+    for group in groups:
+        start = time.monotonic()
+        with log.step(f"verify {group}"):
+            if group == "native":
+                toolchain = Toolchain.find(locks.load_toolchain(ctx.repo.locks_dir))
+                checks += native.run(toolchain.ctest, patched.path)
+            else:
+                if not worker.is_file():
+                    raise VerifyError(
+                        f"the build at {patched.path} has no layer-worker",
+                        hint="run `dgr build`: it builds verify/worker against the patched library",
+                    )
+                checks += {"ownership": ownership.run, "boundary": boundary.run, "kv": kv.run}[group](env)
+        durations[group] = round(time.monotonic() - start, 1)
+
+    report: dict[str, Any] = {
+        "format": REPORT_FORMAT,
+        "inputs_digest": patched.manifest["build"]["inputs_digest"],
+        "baseline_digest": baseline.manifest["build"]["inputs_digest"] if baseline else None,
+        "groups": list(groups),
+        "passed": all(c.passed for c in checks),
+        "durations_s": durations,
+        "checks": [c.to_json() for c in checks],
+    }
+    data = (json.dumps(report, indent=2, default=str) + "\n").encode()
+    reports = ctx.cache.root / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    name = patched.manifest["build"]["inputs_digest"] + ("" if groups == GROUPS else "-" + "-".join(groups))
+    write_atomic(reports / f"{name}.json", data)
+    if args.junit:
+        write_atomic(args.junit, junit_xml(checks))
+    print(table(checks), file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        sys.stdout.write(data.decode())
+    log.info(f"report: {reports / f'{name}.json'}")
+    return 0 if report["passed"] else VerifyError.exit_code

@@ -1,0 +1,159 @@
+"""Start a layer-worker process and talk to it over its stdin/stdout frames, with deadlines."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import select
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from builder import proc
+from verify import frames
+
+
+class WorkerError(Exception):
+    """The worker answered a request with an error."""
+
+    def __init__(self, worker: str, op: str, code: str, message: str) -> None:
+        super().__init__(f"{worker}: {op}: {code}: {message}")
+        self.worker = worker
+        self.op = op
+        self.code = code
+        self.message = message
+
+
+class WorkerDied(Exception):
+    """The worker process exited, closed its pipe or missed a deadline."""
+
+    def __init__(self, worker: str, reason: str, stderr_tail: str = "") -> None:
+        detail = (
+            "\n  worker stderr:\n    " + "\n    ".join(stderr_tail.splitlines()[-15:]) if stderr_tail else ""
+        )
+        super().__init__(f"{worker}: {reason}{detail}")
+        self.worker = worker
+        self.reason = reason
+
+
+class _DeadlineReader:
+    """A file-like reader over a pipe fd whose reads fail after a deadline."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.deadline = float("inf")
+
+    def read(self, n: int) -> bytes:
+        timeout = self.deadline - time.monotonic()
+        if timeout <= 0:
+            raise TimeoutError
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            raise TimeoutError
+        return os.read(self.fd, n)
+
+
+class Worker:
+    """One layer-worker process (one layer range)."""
+
+    def __init__(
+        self,
+        binary: Path,
+        name: str,
+        *,
+        timeout: float = 300.0,
+        verbose: bool = False,
+        max_body: int = 64 << 20,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.timeout = timeout
+        self.max_body = max_body
+        self._ids = itertools.count(1)
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process, closed in close()
+        cmd = [str(binary), "--max-body", str(max_body)] + (["--verbose"] if verbose else [])
+        # OpenMP threads that spin after their work starve the other workers of the chain on the same cores
+        self.proc = proc.spawn(
+            cmd, env={"OMP_WAIT_POLICY": "passive", **os.environ, **(env or {})}, stderr=self._stderr
+        )
+        assert self.proc.stdout is not None
+        self._reader = _DeadlineReader(self.proc.stdout.fileno())
+
+    def stderr_tail(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-4000:]
+
+    def send_raw(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerDied(self.name, f"cannot write to the worker: {exc}", self.stderr_tail()) from exc
+
+    def read_reply(self, op: str, timeout: float | None = None) -> frames.Frame:
+        """The next complete message (fragments reassembled), within the deadline."""
+        limit = timeout if timeout is not None else self.timeout
+        self._reader.deadline = time.monotonic() + limit
+        assembler = frames.Assembler()
+        while True:
+            try:
+                frame = frames.read(self._reader, self.max_body)  # type: ignore[arg-type]
+                if frame is not None:
+                    frame = assembler.add(frame)
+                    if frame is None:
+                        continue
+            except TimeoutError as exc:
+                raise WorkerDied(
+                    self.name, f"no reply to '{op}' within {limit:.0f} s", self.stderr_tail()
+                ) from exc
+            except frames.FrameError as exc:
+                raise WorkerDied(self.name, f"invalid reply to '{op}': {exc}", self.stderr_tail()) from exc
+            if frame is None:
+                code = self.proc.poll()
+                raise WorkerDied(
+                    self.name,
+                    f"the worker closed its output during '{op}' (exit code {code})",
+                    self.stderr_tail(),
+                )
+            return frame
+
+    def request(
+        self, op: str, body: bytes = b"", timeout: float | None = None, **fields: Any
+    ) -> frames.Frame:
+        rid = next(self._ids)
+        self.send_raw(frames.encode_message({"id": rid, "op": op, **fields}, body, self.max_body))
+        reply = self.read_reply(op, timeout)
+        if reply.header.get("id") != rid:
+            raise WorkerDied(self.name, f"reply id {reply.header.get('id')} does not match request id {rid}")
+        if not reply.header.get("ok"):
+            err = reply.header.get("error") or {}
+            raise WorkerError(self.name, op, str(err.get("code")), str(err.get("message")))
+        return reply
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(WorkerDied, WorkerError):
+                self.request("shutdown", timeout=timeout)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+        self._stderr.close()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,20 @@
+"""What the checks run against: the worker binary of a build, the locked model, a directory for fixtures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from verify import synth
+
+
+@dataclass(frozen=True)
+class Env:
+    worker: Path  # layer-worker of the build under test
+    model: Path  # the locked real model (SmolLM2-135M-Instruct Q4_1)
+    fixtures: Path  # where synthetic models are written
+    threads: int = 2
+    baseline_worker: Path | None = None  # layer-worker built against the unpatched upstream
+
+    def synth(self, spec: synth.SynthSpec) -> Path:
+        return synth.ensure(spec, self.fixtures)

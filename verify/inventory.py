@@ -1,0 +1,76 @@
+"""A model's tensor inventory read from the GGUF file with `gguf`, independently of llama.cpp, and the
+tensors a layer range must hold according to it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+# tensors used by every layer (Llama 3 RoPE frequency factors): every range holds them
+_SHARED = ("rope_freqs.", "rope_factors_")
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: Path
+    arch: str
+    n_layer: int
+    tensors: dict[str, int]  # name -> bytes
+
+    @property
+    def tied(self) -> bool:
+        return "output.weight" not in self.tensors
+
+    @property
+    def n_bytes(self) -> int:
+        return sum(self.tensors.values())
+
+    def expected(self, begin: int, end: int) -> set[str]:
+        """Names of the tensors that the range [begin, end) must hold."""
+        out: set[str] = set()
+        for name in self.tensors:
+            m = _LAYER.match(name)
+            if m:
+                if begin <= int(m.group(1)) < end:
+                    out.add(name)
+            elif name.startswith(_SHARED):
+                out.add(name)
+            elif name == "token_embd.weight":
+                if begin == 0 or (self.tied and end == self.n_layer):
+                    out.add(name)
+            elif end == self.n_layer:
+                out.add(name)
+        return out
+
+    def bytes_of(self, names: set[str]) -> int:
+        return sum(self.tensors[n] for n in names)
+
+
+def read(path: Path) -> Inventory:
+    reader = gguf.GGUFReader(str(path))
+    arch_field = reader.get_field("general.architecture")
+    if arch_field is None:
+        raise ValueError(f"{path}: no general.architecture")
+    arch = arch_field.contents()
+    block_count = reader.get_field(f"{arch}.block_count")
+    if block_count is None:
+        raise ValueError(f"{path}: no {arch}.block_count")
+    tensors = {t.name: int(t.n_bytes) for t in reader.tensors}
+    return Inventory(path=path, arch=str(arch), n_layer=int(block_count.contents()), tensors=tensors)
+
+
+def split(n_layer: int, k: int) -> list[tuple[int, int]]:
+    """`k` contiguous ranges covering [0, n_layer), sizes differing by at most one (larger first)."""
+    if not 1 <= k <= n_layer:
+        raise ValueError(f"cannot split {n_layer} layers into {k} shards")
+    base, extra = divmod(n_layer, k)
+    ranges, begin = [], 0
+    for i in range(k):
+        end = begin + base + (1 if i < extra else 0)
+        ranges.append((begin, end))
+        begin = end
+    return ranges

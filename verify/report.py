@@ -1,0 +1,85 @@
+"""Check results, the table and the JSON report of `dgr verify`."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SYNTHETIC = "synthetic fixture"
+REAL_MODEL = "real model"
+NATIVE = "native test"
+
+
+@dataclass
+class Check:
+    group: str  # ownership | boundary | kv | native
+    name: str
+    evidence: str  # SYNTHETIC | REAL_MODEL | NATIVE
+    passed: bool
+    figures: dict[str, Any] = field(default_factory=dict)
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def guarded(group: str, name: str, evidence: str, fn: Callable[[], Check | list[Check]]) -> list[Check]:
+    """Run a check; an exception (a worker that died, refused or answered wrongly) becomes a failed check
+    that names it, so one broken check does not hide the others."""
+    try:
+        result = fn()
+    except Exception as exc:  # every failure of a check is reported, none is fatal
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return [
+            Check(
+                group,
+                name,
+                evidence,
+                False,
+                {},
+                f"{type(exc).__name__}: {exc}\n  at {where.filename}:{where.lineno}",
+            )
+        ]
+    return result if isinstance(result, list) else [result]
+
+
+def matching_prefix(a: list[int], b: list[int]) -> int:
+    """How many tokens two generations share from the start."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _figures_text(figures: dict[str, Any], limit: int = 110) -> str:
+    parts = []
+    for key, value in figures.items():
+        if isinstance(value, float):
+            text = f"{value:.4g}"
+        elif isinstance(value, (list, dict)):
+            continue
+        else:
+            text = str(value)
+        parts.append(f"{key}={text}")
+    line = " ".join(parts)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def table(checks: list[Check]) -> str:
+    rows = [("", "check", "evidence", "figures")]
+    for c in checks:
+        rows.append(
+            ("PASS" if c.passed else "FAIL", f"{c.group}/{c.name}", c.evidence, _figures_text(c.figures))
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = []
+    for r in rows:
+        lines.append(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip())
+    for c in checks:
+        if not c.passed and c.detail:
+            lines.append(f"\nFAIL {c.group}/{c.name}:\n  " + c.detail.replace("\n", "\n  "))
+    n_pass = sum(c.passed for c in checks)
+    lines.append(f"\n{n_pass}/{len(checks)} checks passed")
+    return "\n".join(lines)

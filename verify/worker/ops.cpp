@@ -1,0 +1,742 @@
+#include "ops.h"
+
+#include "bundle.h"
+
+#include "llama.h"
+#if WORKER_HAS_LAYER_RANGE
+#include "llama-ext.h"
+#endif
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+namespace lw {
+
+static constexpr int kProtocolVersion = 1;
+
+// errors logged by llama.cpp during the current request
+static std::string g_llama_errors;
+static bool        g_verbose = false;
+
+static void log_callback(ggml_log_level level, const char * text, void * /*user_data*/) {
+    if (level == GGML_LOG_LEVEL_ERROR) {
+        g_llama_errors += text;
+    }
+    if (g_verbose || level == GGML_LOG_LEVEL_ERROR) {
+        fputs(text, stderr);
+    }
+}
+
+static std::string llama_errors(const std::string & fallback) {
+    std::string s = g_llama_errors;
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) {
+        s.pop_back();
+    }
+    return s.empty() ? fallback : s;
+}
+
+reply reply::ok(const json & id, json fields) {
+    reply r;
+    r.header = json::object();
+    r.header["id"] = id;
+    r.header["ok"] = true;
+    for (auto & [k, v] : fields.items()) {
+        r.header[k] = v;
+    }
+    return r;
+}
+
+reply reply::fail(const json & id, const std::string & code, const std::string & message, json fields) {
+    reply r;
+    r.header = json::object();
+    r.header["id"] = id;
+    r.header["ok"] = false;
+    r.header["error"] = { {"code", code}, {"message", message} };
+    for (auto & [k, v] : fields.items()) {
+        r.header[k] = v;
+    }
+    return r;
+}
+
+// memory of this process from /proc/self/status, in bytes
+static json process_memory() {
+    json out = { {"rss", 0}, {"peak_rss", 0} };
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line)) {
+        long long kb = 0;
+        if (sscanf(line.c_str(), "VmRSS: %lld kB", &kb) == 1) {
+            out["rss"] = kb * 1024;
+        } else if (sscanf(line.c_str(), "VmHWM: %lld kB", &kb) == 1) {
+            out["peak_rss"] = kb * 1024;
+        }
+    }
+    return out;
+}
+
+template <typename T>
+static T get_field(const json & req, const char * key, const T & def) {
+    if (!req.contains(key)) {
+        return def;
+    }
+    try {
+        return req.at(key).get<T>();
+    } catch (const std::exception &) {
+        throw request_error{"bad_request", std::string("field '") + key + "' has the wrong type"};
+    }
+}
+
+template <typename T>
+static T need_field(const json & req, const char * key) {
+    if (!req.contains(key)) {
+        throw request_error{"bad_request", std::string("the request needs the field '") + key + "'"};
+    }
+    return get_field<T>(req, key, T{});
+}
+
+worker::worker(bool verbose, uint64_t max_body) : max_body_(max_body) {
+    g_verbose = verbose;
+    llama_log_set(log_callback, nullptr);
+    llama_backend_init();
+}
+
+worker::~worker() {
+    unload();
+    llama_backend_free();
+}
+
+void worker::unload() {
+    if (ctx_) {
+        llama_free(ctx_);
+        ctx_ = nullptr;
+    }
+    if (model_) {
+        llama_model_free(model_);
+        model_ = nullptr;
+    }
+    model_path_.clear();
+    sessions_.clear();
+    free_seqs_.clear();
+}
+
+void worker::require_context() const {
+    if (!ctx_) {
+        throw request_error{"no_context", "no model with a context is loaded: send 'load' first"};
+    }
+}
+
+reply worker::handle(const frame & req) {
+    json hdr;
+    try {
+        hdr = json::parse(req.header);
+    } catch (const std::exception & e) {
+        return reply::fail(nullptr, "bad_request", std::string("header is not valid JSON: ") + e.what());
+    }
+    if (!hdr.is_object()) {
+        return reply::fail(nullptr, "bad_request", "header is not a JSON object");
+    }
+    const json id = hdr.contains("id") ? hdr["id"] : json(nullptr);
+    if (!hdr.contains("op") || !hdr["op"].is_string()) {
+        return reply::fail(id, "bad_request", "header has no string field 'op'");
+    }
+    const std::string op = hdr["op"];
+    g_llama_errors.clear();
+    try {
+        reply r;
+        if (op == "hello") {
+            r = reply::ok(id, op_hello());
+        } else if (op == "load") {
+            r = reply::ok(id, op_load(hdr));
+        } else if (op == "ownership") {
+            r = reply::ok(id, ownership());
+        } else if (op == "memory") {
+            r = reply::ok(id, op_memory());
+        } else if (op == "sessions") {
+            r = reply::ok(id, op_sessions());
+        } else if (op == "decode") {
+            r = reply::ok(id);
+            json fields = op_decode(hdr, req.body, r.body);
+            for (auto & [k, v] : fields.items()) {
+                r.header[k] = v;
+            }
+        } else if (op == "truncate") {
+            r = reply::ok(id, op_truncate(hdr));
+        } else if (op == "release") {
+            r = reply::ok(id, op_release(hdr));
+        } else if (op == "state_save") {
+            r = reply::ok(id);
+            json fields = op_state_save(hdr, r.body);
+            for (auto & [k, v] : fields.items()) {
+                r.header[k] = v;
+            }
+        } else if (op == "state_load") {
+            r = reply::ok(id, op_state_load(hdr, req.body));
+        } else if (op == "tokenize") {
+            r = reply::ok(id, op_tokenize(hdr));
+        } else if (op == "detokenize") {
+            r = reply::ok(id, op_detokenize(hdr));
+        } else if (op == "shutdown") {
+            exit_ = true;
+            r = reply::ok(id);
+        } else {
+            return reply::fail(id, "unknown_op", "unknown op '" + op + "'");
+        }
+        return r;
+    } catch (const request_error & e) {
+        return reply::fail(id, e.code, e.message, e.fields);
+    } catch (const std::exception & e) {
+        return reply::fail(id, "internal", e.what());
+    }
+}
+
+json worker::op_hello() {
+    return {
+        {"protocol", kProtocolVersion},
+        {"max_body", max_body_},
+        {"features", {
+            {"layer_range", (bool) WORKER_HAS_LAYER_RANGE},
+            {"boundary",    (bool) WORKER_HAS_BOUNDARY},
+            {"kv_recipe",   (bool) WORKER_HAS_KV_RECIPE},
+        }},
+        {"system_info", llama_print_system_info()},
+    };
+}
+
+json worker::op_load(const json & req) {
+    const std::string path = need_field<std::string>(req, "model");
+    const int32_t layer_begin = get_field<int32_t>(req, "layer_begin", 0);
+    const int32_t layer_end   = get_field<int32_t>(req, "layer_end", -1);
+    const bool    use_mmap    = get_field<bool>(req, "mmap", true);
+    const bool    with_ctx    = get_field<bool>(req, "context", false);
+
+    unload();
+
+    llama_model_params mparams = llama_model_default_params();
+    mparams.load_mode = use_mmap ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
+#if WORKER_HAS_LAYER_RANGE
+    mparams.layer_begin = layer_begin;
+    mparams.layer_end   = layer_end;
+#endif
+
+    model_ = llama_model_load_from_file(path.c_str(), mparams);
+    if (!model_) {
+        throw request_error{"load_failed", llama_errors("failed to load " + path)};
+    }
+    model_path_ = path;
+    n_layer_    = llama_model_n_layer(model_);
+#if !WORKER_HAS_LAYER_RANGE
+    if (layer_begin != 0 || (layer_end != -1 && layer_end != n_layer_)) {
+        unload();
+        throw request_error{"unsupported", "this llama.cpp build has no layer range support (baseline build): "
+                            "only the whole model [0, " + std::to_string(n_layer_) + ") loads"};
+    }
+#endif
+    n_embd_     = llama_model_n_embd(model_);
+    n_vocab_    = llama_vocab_n_tokens(llama_model_get_vocab(model_));
+#if WORKER_HAS_LAYER_RANGE
+    layer_begin_ = llama_model_layer_begin(model_);
+    layer_end_   = llama_model_layer_end(model_);
+#else
+    layer_begin_ = 0;
+    layer_end_   = n_layer_;
+#endif
+#if WORKER_HAS_KV_RECIPE
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%016" PRIx64, llama_model_identity(model_));
+    identity_ = buf;
+#else
+    identity_ = "";
+#endif
+
+    if (with_ctx) {
+        max_sessions_ = get_field<uint32_t>(req, "max_sessions", 4);
+        const int32_t n_threads = get_field<int32_t>(req, "n_threads", 2);
+        if (max_sessions_ < 1 || max_sessions_ > 64) {
+            throw request_error{"bad_request", "max_sessions must be in [1, 64]"};
+        }
+        llama_context_params cparams = llama_context_default_params();
+        cparams.n_ctx           = get_field<uint32_t>(req, "n_ctx", 1024);
+        cparams.n_batch         = get_field<uint32_t>(req, "n_batch", 512);
+        cparams.n_ubatch        = get_field<uint32_t>(req, "n_ubatch", 512);
+        cparams.n_seq_max       = max_sessions_;
+        // every session has its own cache stream of n_ctx/max_sessions cells: its results do not depend on the
+        // other sessions (a shared stream changes the attention layout, and with it the last bits of the logits)
+        cparams.kv_unified      = false;
+        cparams.n_threads       = n_threads;
+        cparams.n_threads_batch = n_threads;
+        cparams.no_perf         = true;
+        const std::string type_k = get_field<std::string>(req, "type_k", "f16");
+        cparams.type_k = type_k == "f32" ? GGML_TYPE_F32 : type_k == "q8_0" ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+        ctx_ = llama_init_from_model(model_, cparams);
+        if (!ctx_) {
+            const std::string err = llama_errors("failed to create a context");
+            unload();
+            throw request_error{"context_failed", err};
+        }
+        n_ctx_   = llama_n_ctx(ctx_);
+        n_batch_ = llama_n_batch(ctx_);
+        for (int32_t s = (int32_t) max_sessions_ - 1; s >= 0; --s) {
+            free_seqs_.push_back(s);
+        }
+    }
+
+    json out = ownership();
+    out["memory"] = op_memory();
+    return out;
+}
+
+json worker::ownership() const {
+    if (!model_) {
+        throw request_error{"no_model", "no model is loaded: send 'load' first"};
+    }
+    json out = json::object();
+    out["model"]       = model_path_;
+    out["identity"]    = identity_;
+    out["n_layer"]     = n_layer_;
+    out["n_embd"]      = n_embd_;
+    out["n_vocab"]     = n_vocab_;
+    out["layer_begin"] = layer_begin_;
+    out["layer_end"]   = layer_end_;
+#if WORKER_HAS_LAYER_RANGE
+    out["partial"]         = llama_model_is_partial(model_);
+    out["has_tok_embd"]    = llama_model_has_tok_embd(model_);
+    out["has_output_norm"] = llama_model_has_output_norm(model_);
+    out["has_output"]      = llama_model_has_output(model_);
+
+    json tensors = json::array();
+    uint64_t n_bytes = 0;
+    const int32_t n_tensors = llama_model_n_tensors(model_);
+    for (int32_t i = 0; i < n_tensors; ++i) {
+        const uint64_t nbytes = llama_model_tensor_nbytes(model_, i);
+        tensors.push_back({ llama_model_tensor_name(model_, i), nbytes });
+        n_bytes += nbytes;
+    }
+    out["n_tensors"]   = n_tensors;
+    out["n_bytes"]     = n_bytes;
+    out["buffer_size"] = llama_model_buffer_size(model_);
+    out["tensors"]     = tensors;
+#endif
+    if (ctx_) {
+        out["n_ctx"]        = n_ctx_;
+        out["n_batch"]      = n_batch_;
+        out["max_sessions"] = max_sessions_;
+    }
+    return out;
+}
+
+json worker::op_memory() {
+    json out = process_memory();
+#if WORKER_HAS_LAYER_RANGE
+    out["model_buffer_size"] = model_ ? llama_model_buffer_size(model_) : 0;
+    uint64_t kv = 0, compute = 0;
+    if (ctx_) {
+        for (const auto & [_, mb] : llama_get_memory_breakdown(ctx_)) {
+            kv      += mb.context;
+            compute += mb.compute;
+        }
+    }
+    out["kv_bytes"]      = kv;
+    out["compute_bytes"] = compute;
+#endif
+    return out;
+}
+
+json worker::op_sessions() {
+    require_context();
+    json list = json::array();
+    for (const auto & [id, s] : sessions_) {
+        list.push_back({ {"session", id}, {"epoch", s.epoch}, {"n_pos", s.n_pos}, {"seq", s.seq} });
+    }
+    int32_t n_cells = 0;
+    for (const auto & [_, s] : sessions_) {
+        n_cells += s.n_pos;
+    }
+    return { {"sessions", list}, {"max_sessions", max_sessions_}, {"n_ctx", n_ctx_}, {"cells_used", n_cells} };
+}
+
+session & worker::find_session(const std::string & id, uint64_t epoch) {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+        throw request_error{"cache_miss", "session '" + id + "' is not cached here (unknown, released or evicted): "
+                            "send its tokens again from position 0", { {"session", id} }};
+    }
+    session & s = it->second;
+    if (epoch < s.epoch) {
+        throw request_error{"stale_epoch", "session '" + id + "' is at epoch " + std::to_string(s.epoch) +
+                            ", the request carries the older epoch " + std::to_string(epoch),
+                            { {"session", id}, {"epoch", s.epoch} }};
+    }
+    if (epoch > s.epoch) {
+        throw request_error{"cache_miss", "session '" + id + "' is cached for epoch " + std::to_string(s.epoch) +
+                            ", not " + std::to_string(epoch) + ": send its tokens again from position 0",
+                            { {"session", id}, {"epoch", s.epoch} }};
+    }
+    return s;
+}
+
+void worker::drop_session(const std::string & id) {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+        return;
+    }
+    llama_memory_seq_rm(llama_get_memory(ctx_), it->second.seq, -1, -1);
+    free_seqs_.push_back(it->second.seq);
+    sessions_.erase(it);
+}
+
+bool worker::evict_lru(const std::string & keep, std::vector<std::string> & evicted) {
+    const std::string * lru = nullptr;
+    uint64_t oldest = UINT64_MAX;
+    for (const auto & [id, s] : sessions_) {
+        if (id != keep && s.last_used < oldest) {
+            oldest = s.last_used;
+            lru = &id;
+        }
+    }
+    if (!lru) {
+        return false;
+    }
+    const std::string victim = *lru;
+    drop_session(victim);
+    evicted.push_back(victim);
+    return true;
+}
+
+session & worker::open_session(const std::string & id, uint64_t epoch, std::vector<std::string> & evicted) {
+    auto it = sessions_.find(id);
+    if (it != sessions_.end()) {
+        if (epoch < it->second.epoch) {
+            throw request_error{"stale_epoch", "session '" + id + "' is at epoch " + std::to_string(it->second.epoch) +
+                                ", the request carries the older epoch " + std::to_string(epoch),
+                                { {"session", id}, {"epoch", it->second.epoch} }};
+        }
+        // a new prefill of a known session: start over
+        llama_memory_seq_rm(llama_get_memory(ctx_), it->second.seq, -1, -1);
+        it->second.epoch = epoch;
+        it->second.n_pos = 0;
+        return it->second;
+    }
+    if (sessions_.size() >= max_sessions_) {
+        evict_lru(id, evicted);
+    }
+    GGML_ASSERT(!free_seqs_.empty());
+    session s;
+    s.seq   = free_seqs_.back();
+    s.epoch = epoch;
+    free_seqs_.pop_back();
+    return sessions_[id] = s;
+}
+
+json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std::vector<uint8_t> & out) {
+    require_context();
+    const std::string sid     = need_field<std::string>(req, "session");
+    const uint64_t    epoch   = need_field<uint64_t>(req, "epoch");
+    const int32_t     pos     = need_field<int32_t>(req, "pos");
+    const int32_t     n_tok   = need_field<int32_t>(req, "n_tokens");
+    const std::string logits  = get_field<std::string>(req, "logits", "last");
+    const bool        is_head = layer_begin_ == 0;
+    const bool        is_tail = layer_end_ == n_layer_;
+
+    if (n_tok < 1 || (uint32_t) n_tok > n_batch_) {
+        throw request_error{"bad_request", "n_tokens must be in [1, " + std::to_string(n_batch_) + "]"};
+    }
+    if (pos < 0) {
+        throw request_error{"bad_request", "pos must not be negative"};
+    }
+    if (logits != "none" && logits != "last" && logits != "all") {
+        throw request_error{"bad_request", "logits must be none, last or all"};
+    }
+
+    // the input: tokens for the first range, a bundle from the previous range otherwise
+    std::vector<llama_token> tokens;
+    std::vector<float>       hidden;
+    if (is_head) {
+        if (!body.empty()) {
+            throw request_error{"wrong_input", "this worker holds the layers [0, " + std::to_string(layer_end_) +
+                                ") and takes tokens, not a bundle"};
+        }
+        tokens = get_field<std::vector<llama_token>>(req, "tokens", {});
+        if ((int32_t) tokens.size() != n_tok) {
+            throw request_error{"bad_request", "tokens has " + std::to_string(tokens.size()) + " entries, n_tokens is " + std::to_string(n_tok)};
+        }
+        for (llama_token t : tokens) {
+            if (t < 0 || t >= n_vocab_) {
+                throw request_error{"bad_request", "token " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(n_vocab_) + ")"};
+            }
+        }
+    } else {
+#if WORKER_HAS_BOUNDARY
+        if (req.contains("tokens")) {
+            throw request_error{"wrong_input", "this worker holds the layers [" + std::to_string(layer_begin_) + ", " +
+                                std::to_string(layer_end_) + ") and takes a bundle of the hidden state, not tokens"};
+        }
+        bundle b;
+        try {
+            b = bundle_decode(body.data(), body.size(), kMaxMessage);
+        } catch (const std::exception & e) {
+            throw request_error{"bad_bundle", e.what()};
+        }
+        auto expect = [&](const char * key, const std::string & want) {
+            const auto it = b.meta.find(key);
+            const std::string got = it == b.meta.end() ? "(missing)" : it->second;
+            if (got != want) {
+                throw request_error{"bundle_mismatch", std::string("bundle ") + key + " is '" + got + "', this worker expects '" + want + "'"};
+            }
+        };
+        expect("model",     identity_);
+        expect("n_layer",   std::to_string(n_layer_));
+        expect("layer_end", std::to_string(layer_begin_));
+        expect("session",   sid);
+        expect("epoch",     std::to_string(epoch));
+        expect("pos",       std::to_string(pos));
+        expect("n_tokens",  std::to_string(n_tok));
+        const auto it = b.tensors.find("residual");
+        if (b.tensors.size() != 1 || it == b.tensors.end()) {
+            throw request_error{"bundle_mismatch", "the bundle must hold exactly the tensor 'residual'"};
+        }
+        const bundle_tensor & t = it->second;
+        if (t.dtype != "F32" || t.shape.size() != 2 || t.shape[0] != n_tok || t.shape[1] != n_embd_) {
+            throw request_error{"bundle_mismatch", "tensor 'residual' must be F32 [" + std::to_string(n_tok) + ", " +
+                                std::to_string(n_embd_) + "]"};
+        }
+        hidden.resize(t.data.size() / sizeof(float));
+        memcpy(hidden.data(), t.data.data(), t.data.size());
+#else
+        throw request_error{"unsupported", "this llama.cpp build has no boundary tensors (baseline build)"};
+#endif
+    }
+
+    // the session
+    std::vector<std::string> evicted;
+    session * s = nullptr;
+    if (pos == 0) {
+        s = &open_session(sid, epoch, evicted);
+    } else {
+        s = &find_session(sid, epoch);
+        if (pos != s->n_pos) {
+            throw request_error{"bad_position", "session '" + sid + "' has " + std::to_string(s->n_pos) +
+                                " positions cached; the request starts at " + std::to_string(pos) +
+                                " (truncate first to go back)", { {"n_pos", s->n_pos} }};
+        }
+    }
+    s->last_used = ++tick_;
+
+    llama_batch batch = llama_batch_init(n_tok, 0, 1);
+    for (int32_t i = 0; i < n_tok; ++i) {
+        if (is_head) {
+            batch.token[i] = tokens[i];
+        }
+        batch.pos[i]       = pos + i;
+        batch.n_seq_id[i]  = 1;
+        batch.seq_id[i][0] = s->seq;
+        batch.logits[i]    = logits == "all" || (logits == "last" && i == n_tok - 1);
+    }
+    batch.n_tokens = n_tok;
+    if (!is_head) {
+        free(batch.token);
+        batch.token = nullptr;
+    }
+
+    const uint32_t n_cells = n_ctx_ / max_sessions_;
+    if ((uint32_t) (pos + n_tok) > n_cells) {
+        llama_batch_free(batch);
+        throw request_error{"no_capacity", "session '" + sid + "' would need " + std::to_string(pos + n_tok) +
+                            " cells, a session has " + std::to_string(n_cells) + " (n_ctx / max_sessions)",
+                            { {"evicted", evicted} }};
+    }
+#if WORKER_HAS_BOUNDARY
+    if (!is_head) {
+        const int64_t ne[2] = { n_embd_, n_tok };
+        if (llama_set_boundary_input(ctx_, "residual", GGML_TYPE_F32, ne, hidden.data(), hidden.size()*sizeof(float)) != LLAMA_BOUNDARY_OK) {
+            llama_batch_free(batch);
+            throw request_error{"decode_failed", llama_errors("the boundary input was refused")};
+        }
+    }
+#endif
+    const int32_t ret = llama_decode(ctx_, batch);
+    llama_batch_free(batch);
+    if (ret != 0) {
+        llama_memory_seq_rm(llama_get_memory(ctx_), s->seq, pos, -1);
+        throw request_error{"decode_failed", llama_errors("llama_decode failed with " + std::to_string(ret)),
+                            { {"evicted", evicted} }};
+    }
+    s->n_pos = pos + n_tok;
+
+    json res = { {"session", sid}, {"epoch", epoch}, {"n_pos", s->n_pos}, {"evicted", evicted} };
+    if (!is_tail) {
+#if WORKER_HAS_BOUNDARY
+        ggml_type type = GGML_TYPE_COUNT;
+        int64_t ne[2] = { 0, 0 };
+        const void * data = nullptr;
+        size_t size = 0;
+        if (llama_get_boundary_output(ctx_, "residual", &type, ne, &data, &size) != LLAMA_BOUNDARY_OK) {
+            throw request_error{"decode_failed", llama_errors("no boundary output")};
+        }
+        bundle b;
+        b.meta = {
+            {"model", identity_}, {"n_layer", std::to_string(n_layer_)},
+            {"layer_begin", std::to_string(layer_begin_)}, {"layer_end", std::to_string(layer_end_)},
+            {"session", sid}, {"epoch", std::to_string(epoch)}, {"pos", std::to_string(pos)}, {"n_tokens", std::to_string(n_tok)},
+        };
+        bundle_tensor & t = b.tensors["residual"];
+        t.dtype = "F32";
+        t.shape = { ne[1], ne[0] };
+        t.data.assign((const uint8_t *) data, (const uint8_t *) data + size);
+        out = bundle_encode(b);
+#endif
+        return res;
+    }
+
+    // logits of the requested tokens, and their argmax
+    json argmax = json::array();
+    for (int32_t i = 0; i < n_tok; ++i) {
+        if (!(logits == "all" || (logits == "last" && i == n_tok - 1))) {
+            continue;
+        }
+        const float * l = llama_get_logits_ith(ctx_, i);
+        if (!l) {
+            throw request_error{"decode_failed", llama_errors("no logits")};
+        }
+        argmax.push_back(std::max_element(l, l + n_vocab_) - l);
+        const uint8_t * p = (const uint8_t *) l;
+        out.insert(out.end(), p, p + (size_t) n_vocab_*sizeof(float));
+    }
+    res["argmax"]  = argmax;
+    res["n_vocab"] = n_vocab_;
+    return res;
+}
+
+json worker::op_truncate(const json & req) {
+    require_context();
+    const std::string sid    = need_field<std::string>(req, "session");
+    const uint64_t    epoch  = need_field<uint64_t>(req, "epoch");
+    const int32_t     n_keep = need_field<int32_t>(req, "n_keep");
+    session & s = find_session(sid, epoch);
+    if (n_keep < 0 || n_keep > s.n_pos) {
+        throw request_error{"bad_request", "n_keep must be in [0, " + std::to_string(s.n_pos) + "]"};
+    }
+    if (!llama_memory_seq_rm(llama_get_memory(ctx_), s.seq, n_keep, -1)) {
+        throw request_error{"truncate_failed", llama_errors("the cache could not drop the positions")};
+    }
+    s.n_pos     = n_keep;
+    s.last_used = ++tick_;
+    return { {"session", sid}, {"n_pos", s.n_pos} };
+}
+
+json worker::op_release(const json & req) {
+    require_context();
+    const std::string sid = need_field<std::string>(req, "session");
+    const bool known = sessions_.count(sid) > 0;
+    drop_session(sid);
+    return { {"session", sid}, {"released", known} };
+}
+
+json worker::op_state_save(const json & req, std::vector<uint8_t> & out) {
+    require_context();
+    const std::string sid   = need_field<std::string>(req, "session");
+    const uint64_t    epoch = need_field<uint64_t>(req, "epoch");
+    const session & s = find_session(sid, epoch);
+    out.resize(llama_state_seq_get_size(ctx_, s.seq));
+    if (llama_state_seq_get_data(ctx_, out.data(), out.size(), s.seq) != out.size()) {
+        throw request_error{"state_failed", llama_errors("the state could not be saved")};
+    }
+    return { {"session", sid}, {"epoch", epoch}, {"n_pos", s.n_pos} };
+}
+
+#if WORKER_HAS_KV_RECIPE
+static const char * recipe_status_name(int32_t st) {
+    switch (st) {
+        case LLAMA_STATE_RECIPE_OK:          return "ok";
+        case LLAMA_STATE_RECIPE_INVALID:     return "invalid";
+        case LLAMA_STATE_RECIPE_MISSING:     return "missing";
+        case LLAMA_STATE_RECIPE_MODEL:       return "model";
+        case LLAMA_STATE_RECIPE_LAYERS:      return "layers";
+        case LLAMA_STATE_RECIPE_CACHE_TYPE:  return "cache_type";
+        case LLAMA_STATE_RECIPE_CACHE_WIDTH: return "cache_width";
+        case LLAMA_STATE_RECIPE_ROPE:        return "rope";
+        default:                             return "unknown";
+    }
+}
+#endif
+
+json worker::op_state_load(const json & req, const std::vector<uint8_t> & body) {
+    require_context();
+    const std::string sid   = need_field<std::string>(req, "session");
+    const uint64_t    epoch = need_field<uint64_t>(req, "epoch");
+#if WORKER_HAS_KV_RECIPE
+    const int32_t st = llama_state_seq_check_recipe(ctx_, body.data(), body.size());
+    if (st != LLAMA_STATE_RECIPE_OK) {
+        throw request_error{"incompatible_recipe", llama_errors("the state was refused"), { {"recipe", recipe_status_name(st)} }};
+    }
+#endif
+    std::vector<std::string> evicted;
+    session & s = open_session(sid, epoch, evicted);
+    if (llama_state_seq_set_data(ctx_, body.data(), body.size(), s.seq) == 0) {
+        drop_session(sid);
+        throw request_error{"state_failed", llama_errors("the state could not be restored")};
+    }
+    s.n_pos     = llama_memory_seq_pos_max(llama_get_memory(ctx_), s.seq) + 1;
+    s.last_used = ++tick_;
+    return { {"session", sid}, {"epoch", epoch}, {"n_pos", s.n_pos}, {"evicted", evicted} };
+}
+
+json worker::op_tokenize(const json & req) {
+    if (!model_) {
+        throw request_error{"no_model", "no model is loaded: send 'load' first"};
+    }
+    std::string text = need_field<std::string>(req, "text");
+    const bool chat = get_field<bool>(req, "chat", false);
+    if (chat) {
+        const char * tmpl = llama_model_chat_template(model_, nullptr);
+        if (!tmpl) {
+            throw request_error{"bad_request", "the model has no chat template"};
+        }
+        llama_chat_message msg = { "user", text.c_str() };
+        std::vector<char> buf(text.size()*2 + 1024);
+        int32_t n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
+        if (n > (int32_t) buf.size()) {
+            buf.resize(n);
+            n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
+        }
+        if (n < 0) {
+            throw request_error{"bad_request", "the chat template could not be applied"};
+        }
+        text.assign(buf.data(), n);
+    }
+    const llama_vocab * vocab = llama_model_get_vocab(model_);
+    std::vector<llama_token> tokens(text.size() + 8);
+    int32_t n = llama_tokenize(vocab, text.data(), (int32_t) text.size(), tokens.data(), (int32_t) tokens.size(), !chat, chat);
+    if (n < 0) {
+        tokens.resize(-n);
+        n = llama_tokenize(vocab, text.data(), (int32_t) text.size(), tokens.data(), (int32_t) tokens.size(), !chat, chat);
+    }
+    tokens.resize(std::max(n, 0));
+    return { {"tokens", tokens}, {"eos", llama_vocab_eos(vocab)}, {"eot", llama_vocab_eot(vocab)} };
+}
+
+json worker::op_detokenize(const json & req) {
+    if (!model_) {
+        throw request_error{"no_model", "no model is loaded: send 'load' first"};
+    }
+    const std::vector<llama_token> tokens = need_field<std::vector<llama_token>>(req, "tokens");
+    const llama_vocab * vocab = llama_model_get_vocab(model_);
+    for (llama_token t : tokens) {
+        if (t < 0 || t >= n_vocab_) {
+            throw request_error{"bad_request", "token " + std::to_string(t) + " is outside the vocabulary"};
+        }
+    }
+    std::string text(tokens.size()*16 + 16, '\0');
+    int32_t n = llama_detokenize(vocab, tokens.data(), (int32_t) tokens.size(), text.data(), (int32_t) text.size(), false, false);
+    if (n < 0) {
+        text.resize(-n);
+        n = llama_detokenize(vocab, tokens.data(), (int32_t) tokens.size(), text.data(), (int32_t) text.size(), false, false);
+    }
+    text.resize(std::max(n, 0));
+    return { {"text", text} };
+}
+
+} // namespace lw

@@ -1,0 +1,99 @@
+// Request handling of the layer worker (docs/protocol.md).
+#pragma once
+
+#include "frame.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+struct llama_model;
+struct llama_context;
+
+namespace lw {
+
+using json = nlohmann::ordered_json;
+
+// the largest message (a body reassembled from fragments) a worker accepts
+constexpr uint64_t kMaxMessage = 1ull << 30;
+
+struct reply {
+    json                 header;
+    std::vector<uint8_t> body;
+
+    static reply ok(const json & id, json fields = json::object());
+    static reply fail(const json & id, const std::string & code, const std::string & message, json fields = json::object());
+};
+
+// an error reported to the client with a stable code
+struct request_error {
+    std::string code;
+    std::string message;
+    json        fields = json::object();
+};
+
+// a session: a stable id mapped to a sequence of the context
+struct session {
+    int32_t  seq       = 0;
+    uint64_t epoch     = 0;
+    int32_t  n_pos     = 0; // positions cached: the next token is at n_pos
+    uint64_t last_used = 0;
+};
+
+class worker {
+public:
+    worker(bool verbose, uint64_t max_body);
+    ~worker();
+
+    reply handle(const frame & req);
+    bool  should_exit() const { return exit_; }
+
+private:
+    json op_hello();
+    json op_load(const json & req);
+    json op_memory();
+    json op_sessions();
+    json op_decode(const json & req, const std::vector<uint8_t> & body, std::vector<uint8_t> & out);
+    json op_truncate(const json & req);
+    json op_release(const json & req);
+    json op_state_save(const json & req, std::vector<uint8_t> & out);
+    json op_state_load(const json & req, const std::vector<uint8_t> & body);
+    json op_tokenize(const json & req);
+    json op_detokenize(const json & req);
+
+    json ownership() const;
+    void unload();
+    void require_context() const;
+
+    // the session for a request: refuses unknown sessions (cache miss) and stale epochs
+    session & find_session(const std::string & id, uint64_t epoch);
+    // a new or reset session for a request at position 0; evicts the least recently used session when full
+    session & open_session(const std::string & id, uint64_t epoch, std::vector<std::string> & evicted);
+    bool evict_lru(const std::string & keep, std::vector<std::string> & evicted);
+    void drop_session(const std::string & id);
+
+    llama_model *   model_ = nullptr;
+    llama_context * ctx_   = nullptr;
+    std::string     model_path_;
+    std::string     identity_; // 16 hex digits
+    int32_t         layer_begin_ = 0;
+    int32_t         layer_end_   = 0;
+    int32_t         n_layer_     = 0;
+    int32_t         n_embd_      = 0;
+    int32_t         n_vocab_     = 0;
+    uint32_t        n_ctx_       = 0;
+    uint32_t        n_batch_     = 0;
+    uint32_t        max_sessions_ = 0;
+    uint64_t        max_body_;
+
+    std::map<std::string, session> sessions_;
+    std::vector<int32_t>           free_seqs_;
+    uint64_t                       tick_ = 0;
+
+    bool exit_ = false;
+};
+
+} // namespace lw

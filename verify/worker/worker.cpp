@@ -1,0 +1,77 @@
+// layer-worker: one process that loads one layer range of a model and serves requests over the framed
+// protocol of docs/protocol.md on stdin/stdout. Logs go to stderr.
+//
+// Built against the patched llama.cpp by `dgr build`; against an unpatched llama.cpp (the baseline build)
+// the requests that need the patches are answered with the error code "unsupported".
+
+#include "frame.h"
+#include "ops.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+static void usage(const char * argv0) {
+    fprintf(stderr,
+        "usage: %s [--max-body BYTES] [--verbose]\n"
+        "  serves the layer worker protocol (docs/protocol.md) on stdin/stdout\n"
+        "  --max-body  largest frame body in both directions; larger messages are sent as fragments (default 64 MiB)\n",
+        argv0);
+}
+
+int main(int argc, char ** argv) {
+    uint64_t max_body = 64ull << 20;
+    bool verbose = false;
+    for (int i = 1; i < argc; ++i) {
+        if (strcmp(argv[i], "--max-body") == 0 && i + 1 < argc) {
+            max_body = strtoull(argv[++i], nullptr, 10);
+        } else if (strcmp(argv[i], "--verbose") == 0) {
+            verbose = true;
+        } else {
+            usage(argv[0]);
+            return 2;
+        }
+    }
+    if (max_body < 1024) {
+        fprintf(stderr, "layer-worker: --max-body must be at least 1024\n");
+        return 2;
+    }
+    // a supervisor that goes away must not kill the worker mid-write: write() reports it instead
+    signal(SIGPIPE, SIG_IGN);
+
+    lw::worker w(verbose, max_body);
+    lw::message_reader reader(0, max_body, lw::kMaxMessage);
+
+    for (;;) {
+        lw::frame req;
+        std::string error;
+        const lw::read_status st = reader.read(req, error);
+        if (st == lw::read_status::eof) {
+            break;
+        }
+        lw::reply rep;
+        switch (st) {
+            case lw::read_status::ok:           rep = w.handle(req); break;
+            case lw::read_status::too_large:    rep = lw::reply::fail(nullptr, "frame_too_large", error); break;
+            case lw::read_status::bad_fragment: rep = lw::reply::fail(nullptr, "bad_fragment", error); break;
+            default:                            rep = lw::reply::fail(nullptr, "bad_frame", error); break;
+        }
+        if (st == lw::read_status::bad_fragment) {
+            // answer with the id of the message whose fragments were dropped
+            const lw::json hdr = lw::json::parse(req.header, nullptr, false);
+            if (hdr.is_object() && hdr.contains("id")) {
+                rep.header["id"] = hdr["id"];
+            }
+        }
+        if (!lw::write_message(1, rep.header.dump(-1, ' ', false, lw::json::error_handler_t::replace), rep.body, max_body)) {
+            fprintf(stderr, "layer-worker: cannot write to stdout, exiting\n");
+            return 1;
+        }
+        if (st == lw::read_status::truncated || st == lw::read_status::io_error || w.should_exit()) {
+            break;
+        }
+    }
+    return 0;
+}
