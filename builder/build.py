@@ -25,7 +25,7 @@ from builder import apply, gitops, locks, log, patchfile
 from builder.buildcache import BuildStore
 from builder.cmake import CMakeProject, Compiler, Toolchain, compiler_at
 from builder.digest import sha256_canonical, sha256_file
-from builder.errors import BuildError
+from builder.errors import BuildError, UsageError
 from builder.paths import Context
 from builder.upstream import obtain, select
 
@@ -42,6 +42,8 @@ class Request:
     mirror: Path | None = None
     upstream: str | None = None
     """A locked rebase target to build on instead of the pin (None: the pin)."""
+    sanitize: tuple[str, ...] = ()
+    """Sanitizers to build with: "address", "undefined" (llama.cpp, ggml and the worker)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,8 @@ class Plan:
 
     @property
     def flavor(self) -> str:
-        return "upstream-only" if self.request.upstream_only else "patched"
+        flavor = "upstream-only" if self.request.upstream_only else "patched"
+        return flavor + "".join(f"+{s}" for s in self.request.sanitize)
 
 
 def native_tests(patches: list[patchfile.Patch]) -> tuple[str, ...]:
@@ -101,19 +104,48 @@ def _worker_files(ctx: Context) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _prefix_map_flags(toolchain_lock: locks.ToolchainLock) -> str:
-    return " ".join(f"-ffile-prefix-map={m}" for m in toolchain_lock.prefix_maps)
+def _prefix_map_flags(toolchain_lock: locks.ToolchainLock, worker: bool = False) -> str:
+    """The prefix maps of a project: llama.cpp gets only its own trees, so that the place of the
+    repository (the worker's sources) does not change its flags and recompile it."""
+    maps = [m for m in toolchain_lock.prefix_maps if worker or "{worker_" not in m]
+    return " ".join(f"-ffile-prefix-map={m}" for m in maps)
 
 
-def llama_definitions(toolchain_lock: locks.ToolchainLock, pin: locks.Pin, patches: int) -> dict[str, str]:
+SANITIZERS = ("address", "undefined")
+
+
+def parse_sanitizers(text: str | None) -> tuple[str, ...]:
+    """`address,undefined` -> ("address", "undefined"); UsageError on anything else."""
+    if not text:
+        return ()
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in SANITIZERS]
+    if unknown or not names:
+        raise UsageError(
+            f"unknown sanitizer(s) in --sanitize {text!r}", hint=f"choose from {', '.join(SANITIZERS)}"
+        )
+    return tuple(n for n in SANITIZERS if n in names)
+
+
+def _sanitizer_flags(sanitize: tuple[str, ...]) -> str:
+    return f" -fsanitize={','.join(sanitize)} -fno-omit-frame-pointer" if sanitize else ""
+
+
+def llama_definitions(
+    toolchain_lock: locks.ToolchainLock, pin: locks.Pin, patches: int, sanitize: tuple[str, ...] = ()
+) -> dict[str, str]:
     """The CMake -D definitions of the llama.cpp project, with {src}/{build}-style path templates.
 
     LLAMA_BUILD_COMMIT depends only on the pin and the series length, so that
     editing a patch recompiles only the files it changes.
     """
     flags = _prefix_map_flags(toolchain_lock)
+    sanitizers = {
+        f"{project}_SANITIZE_{name.upper()}": "ON" for name in sanitize for project in ("LLAMA", "GGML")
+    }
     return {
         **toolchain_lock.cmake_options,
+        **sanitizers,
         "LLAMA_BUILD_COMMIT": f"{pin.short}-p{patches}" if patches else pin.short,
         "LLAMA_BUILD_NUMBER": "0",
         # ggml/CMakeLists.txt asks git for its own commit id unless git is "not found"
@@ -123,9 +155,9 @@ def llama_definitions(toolchain_lock: locks.ToolchainLock, pin: locks.Pin, patch
     }
 
 
-def worker_definitions(toolchain_lock: locks.ToolchainLock) -> dict[str, str]:
+def worker_definitions(toolchain_lock: locks.ToolchainLock, sanitize: tuple[str, ...] = ()) -> dict[str, str]:
     """The worker project links the llama.cpp build and runs from the published bin/ ($ORIGIN)."""
-    flags = _prefix_map_flags(toolchain_lock)
+    flags = _prefix_map_flags(toolchain_lock, worker=True) + _sanitizer_flags(sanitize)
     return {
         "LLAMA_SOURCE_DIR": "{src}",
         "LLAMA_BINARY_DIR": "{build}",
@@ -133,7 +165,7 @@ def worker_definitions(toolchain_lock: locks.ToolchainLock) -> dict[str, str]:
         "CMAKE_CXX_FLAGS": flags,
         "CMAKE_BUILD_WITH_INSTALL_RPATH": "ON",
         "CMAKE_INSTALL_RPATH": "$ORIGIN",
-        "CMAKE_EXE_LINKER_FLAGS": "-Wl,-rpath-link,{build}/bin",
+        "CMAKE_EXE_LINKER_FLAGS": "-Wl,-rpath-link,{build}/bin" + _sanitizer_flags(sanitize),
     }
 
 
@@ -148,33 +180,37 @@ def _render(definitions: dict[str, str], paths: dict[str, Path]) -> dict[str, st
 
 def plan(ctx: Context, request: Request) -> Plan:
     """Steps 1 and 2: verify the manifest (before anything else) and compute the inputs digest."""
-    repo = ctx.repo
+    upstream_lock = locks.load_upstream(ctx.repo.locks_dir)
+    pin, sources = select(upstream_lock, request.upstream)
+    # on a rebase target with a port of the series, the port is built
+    target = upstream_lock.rebase_targets.get(request.upstream or "")
+    repo = ctx.repo.for_port(target.port if target else None)
     patch_refs: list[apply.PatchRef] = []
     parsed: list[patchfile.Patch] = []
     if not request.upstream_only:
-        with log.step("verify series and patches against locks/patches.toml"):
+        with log.step(f"verify series and patches against {repo.rel(repo.manifest_file)}"):
             patch_refs = apply.verified_series(repo)
             parsed = [patchfile.load(ref.path) for ref in patch_refs]
             log.detail(f"{len(patch_refs)} patch(es), all digests match")
-    upstream_lock = locks.load_upstream(repo.locks_dir)
-    pin, sources = select(upstream_lock, request.upstream)
     toolchain_lock = locks.load_toolchain(repo.locks_dir)
     toolchain = Toolchain.find(toolchain_lock)
     tests = native_tests(parsed)
     # the worker is built for the baseline too: it detects the API of the tree it builds against
     worker = _worker_files(ctx)
-    lock_names = ["upstream.toml", "toolchain.toml"] + ([] if request.upstream_only else ["patches.toml"])
+    lock_files = [repo.locks_dir / "upstream.toml", repo.locks_dir / "toolchain.toml"]
+    if not request.upstream_only:
+        lock_files.append(repo.manifest_file)
     inputs: dict[str, Any] = {
         "format": INPUTS_FORMAT,
         "upstream_only": request.upstream_only,
         "upstream": {"commit": pin.commit, "tree": pin.tree},
-        "locks": {name: (repo.locks_dir / name).read_text() for name in lock_names},
+        "locks": {repo.rel(path).removeprefix("locks/"): path.read_text() for path in lock_files},
         "series": "" if request.upstream_only else repo.series_file.read_text(),
         "patches": [[ref.name, ref.sha256] for ref in patch_refs],
         "worker": worker,
         "toolchain": toolchain.identity(),
-        "cmake_options": llama_definitions(toolchain_lock, pin, len(patch_refs)),
-        "worker_options": worker_definitions(toolchain_lock) if worker else {},
+        "cmake_options": llama_definitions(toolchain_lock, pin, len(patch_refs), request.sanitize),
+        "worker_options": worker_definitions(toolchain_lock, request.sanitize) if worker else {},
         "targets": [*toolchain_lock.base_targets, *tests],
     }
     return Plan(
@@ -226,10 +262,11 @@ def _build(ctx: Context, plan: Plan, store: BuildStore) -> dict[str, Any]:
     )[:20]
     work = ctx.cache.work / work_key
     src, build_dir, worker_build = work / "src", work / "build", work / "worker"
+    worker_src = work / "worker-src"
     with log.step(f"check out {applied.commit[:12]} in {src}"):
         _checkout(upstream.repo, src, applied.commit)
     _warn_if_compiler_changed(ctx.cache.state / _COMPILER_STATE, plan.toolchain)
-    paths = {"src": src, "build": build_dir, "worker_src": ctx.repo.worker_dir, "worker_build": worker_build}
+    paths = {"src": src, "build": build_dir, "worker_src": worker_src, "worker_build": worker_build}
     env = {"SOURCE_DATE_EPOCH": str(pin.epoch)}
     llama = CMakeProject(
         plan.toolchain,
@@ -245,9 +282,12 @@ def _build(ctx: Context, plan: Plan, store: BuildStore) -> dict[str, Any]:
         llama.build_targets(plan.targets)
     worker: CMakeProject | None = None
     if plan.worker_files:
+        # built from a copy in the work tree: where the repository lives changes neither the flags nor the
+        # timestamps the worker build sees
+        _sync_tree(ctx.repo.worker_dir, worker_src, plan.worker_files)
         worker = CMakeProject(
             plan.toolchain,
-            ctx.repo.worker_dir,
+            worker_src,
             worker_build,
             plan.toolchain_lock.build_type,
             _render(plan.inputs["worker_options"], paths),
@@ -270,6 +310,23 @@ def _build(ctx: Context, plan: Plan, store: BuildStore) -> dict[str, Any]:
         ctx.cache.state / _COMPILER_STATE, {"cc": compilers["cc"].version, "cxx": compilers["cxx"].version}
     )
     return published
+
+
+def _sync_tree(source: Path, dest: Path, files: dict[str, str]) -> None:
+    """Make `dest` hold exactly `files` (relative path -> sha256) from `source`; unchanged files keep their
+    timestamps, so that ninja rebuilds only what changed."""
+    for rel, digest in files.items():
+        target = dest / rel
+        if target.is_file() and sha256_file(target) == digest:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source / rel, target)
+    for path in sorted(dest.rglob("*"), reverse=True):
+        rel = path.relative_to(dest).as_posix()
+        if path.is_file() and rel not in files:
+            path.unlink()
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
 
 
 def _checkout(repo: Path, src: Path, commit: str) -> None:

@@ -29,6 +29,14 @@ def _mirror(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _sanitize(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sanitize",
+        metavar="LIST",
+        help="build (or use the build) with sanitizers: address,undefined (llama.cpp, ggml, the worker)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dgr",
@@ -66,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--upstream-only", action="store_true", help="build the unpatched upstream (the baseline)")
     p.add_argument("--upstream", metavar="SPEC", help="build on a locked rebase target instead of the pin")
+    _sanitize(p)
     _mirror(p)
 
     command("manifest", "rewrite locks/patches.toml from series/series and patches/")
@@ -84,11 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="only list what would change (exit 7 if anything)")
 
     p = command("rebase-check", "report per patch whether the series applies onto another upstream")
-    p.add_argument(
+    onto = p.add_mutually_exclusive_group(required=True)
+    onto.add_argument(
         "--onto",
-        required=True,
         metavar="SOURCE",
         help="pypi:llama-cpp-python==VERSION, a path to a llama.cpp git tree, or a commit in the mirror",
+    )
+    onto.add_argument(
+        "--matrix",
+        action="store_true",
+        help="every reachable upstream (the pin and the locked targets) x every patch, and each port on "
+        "its target; exit 5 only when the series does not apply cleanly on the pin",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     _mirror(p)
@@ -102,7 +117,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML")
     p.add_argument("--threads", type=int, default=2, help="threads of every worker (default 2)")
+    p.add_argument(
+        "--upstream", metavar="SPEC", help="verify the port of the series to a locked rebase target"
+    )
+    _sanitize(p)
     _mirror(p)
+
+    p = command(
+        "export-upstream",
+        "render the upstream submission package: patch mails, cover letter, API note, test map, evidence",
+    )
+    p.add_argument(
+        "--out", type=Path, metavar="DIR", help="where to write it (default: upstream-package/out, replaced)"
+    )
+    p.add_argument("--json", action="store_true", help="print the files written and their sha256 as JSON")
+    _mirror(p)
+
+    p = command("bench", "measure the split cost, memory per range, the bundle codec and the build")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--quick", action="store_true", help="one repetition, short prompts, no cold builds")
+    p.add_argument("--fuzz", action="store_true", help="also fuzz the worker's decoders with libFuzzer")
+    p.add_argument("--fuzz-runs", type=int, default=1_000_000, help="fuzzer executions (default 1,000,000)")
+    p.add_argument("--threads", type=int, default=2, help="threads of every worker (default 2)")
+    p.add_argument("--out", type=Path, help="where bench.json and memory.png go (default: <cache>/bench)")
 
     p = command("generate", "greedy generation through a chain of layer-range workers, compared with unsplit")
     p.add_argument("prompt", help="the prompt text")

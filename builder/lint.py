@@ -9,7 +9,7 @@ from pathlib import Path
 
 from builder import manifest, patchfile, series
 from builder.digest import sha256_bytes, sha256_file
-from builder.locks import LOCK_FILES, PatchManifest, load_manifest, problems_in
+from builder.locks import LOCK_FILES, PatchManifest, load_manifest_file, problems_in
 from builder.paths import Repo
 
 SUBJECT_MAX = 72
@@ -36,14 +36,11 @@ class Finding:
 
 
 def check(repo: Repo) -> list[Finding]:
-    """All findings; raises ConfigError (exit 8) when the series or a lock cannot be read."""
-    order = series.load(repo.series_file)
-    findings = _series_findings(repo, order)
-    findings += _manifest_findings(repo, order)
-    for entry in dict.fromkeys(order.names):
-        path = repo.patches_dir / entry
-        if path.is_file():
-            findings += lint_patch(path, f"patches/{entry}")
+    """All findings, for the series and every port; raises ConfigError (exit 8) when a series or a lock
+    cannot be read."""
+    findings: list[Finding] = []
+    for view in [repo, *(repo.for_port(p) for p in repo.ports())]:
+        findings += _check_series(view)
     for name, (filename, parse) in LOCK_FILES.items():
         findings += [
             Finding(f"locks/{filename}", "lock", problem, f"fix locks/{filename} (the {name} lock)")
@@ -52,10 +49,27 @@ def check(repo: Repo) -> list[Finding]:
     return findings
 
 
+def _check_series(repo: Repo) -> list[Finding]:
+    order = series.load(repo.series_file)
+    findings = _series_findings(repo, order)
+    findings += _manifest_findings(repo, order)
+    for entry in dict.fromkeys(order.names):
+        path = repo.patches_dir / entry
+        if path.is_file():
+            findings += lint_patch(path, repo.rel(path))
+    return findings
+
+
 def _patch_files(repo: Repo) -> list[str]:
+    """The patch files of the series' directory (the ports' directories are theirs)."""
     if not repo.patches_dir.is_dir():
         return []
-    return sorted(str(p.relative_to(repo.patches_dir)) for p in repo.patches_dir.rglob("*.patch"))
+    ports = repo.patches_dir / "ports"
+    return sorted(
+        str(p.relative_to(repo.patches_dir))
+        for p in repo.patches_dir.rglob("*.patch")
+        if repo.port is not None or ports not in p.parents
+    )
 
 
 def _series_findings(repo: Repo, order: series.Series) -> list[Finding]:
@@ -65,9 +79,9 @@ def _series_findings(repo: Repo, order: series.Series) -> list[Finding]:
         if not (repo.patches_dir / entry.name).is_file():
             findings.append(
                 Finding(
-                    f"series/series:{entry.line}",
+                    f"{repo.rel(repo.series_file)}:{entry.line}",
                     "missing",
-                    f"names {entry.name}, which is not in patches/",
+                    f"names {entry.name}, which is not in {repo.rel(repo.patches_dir)}/",
                     "restore the patch file or remove the line from the series",
                 )
             )
@@ -76,7 +90,7 @@ def _series_findings(repo: Repo, order: series.Series) -> list[Finding]:
             lines = ", ".join(str(e.line) for e in order.entries if e.name == name)
             findings.append(
                 Finding(
-                    "series/series",
+                    repo.rel(repo.series_file),
                     "duplicate",
                     f"{name} is named {count} times (lines {lines})",
                     "keep one line per patch",
@@ -86,17 +100,17 @@ def _series_findings(repo: Repo, order: series.Series) -> list[Finding]:
         if name not in counts:
             findings.append(
                 Finding(
-                    f"patches/{name}",
+                    f"{repo.rel(repo.patches_dir)}/{name}",
                     "unused",
-                    "not named in series/series",
-                    "add it to series/series where it belongs, or delete it",
+                    f"not named in {repo.rel(repo.series_file)}",
+                    f"add it to {repo.rel(repo.series_file)} where it belongs, or delete it",
                 )
             )
     return findings
 
 
 def _manifest_findings(repo: Repo, order: series.Series) -> list[Finding]:
-    locked = load_manifest(repo.locks_dir)
+    locked = load_manifest_file(repo.manifest_file)
     patches = {
         name: sha256_file(repo.patches_dir / name)
         for name in order.names
@@ -104,18 +118,23 @@ def _manifest_findings(repo: Repo, order: series.Series) -> list[Finding]:
     }
     actual = PatchManifest(sha256_bytes(repo.series_file.read_bytes()), patches)
     return [
-        Finding(m.file, "digest", _describe(m), manifest.REFRESH_HINT.format(file=m.file))
-        for m in manifest.compare(locked, actual)
-        if not (m.actual is None and m.file.removeprefix("patches/") in order.names)
+        Finding(
+            m.file,
+            "digest",
+            _describe(m, repo.rel(repo.manifest_file)),
+            manifest.REFRESH_HINT.format(file=m.file),
+        )
+        for m in manifest.compare(locked, actual, repo)
+        if not (m.actual is None and m.file.removeprefix(f"{repo.rel(repo.patches_dir)}/") in order.names)
     ]
 
 
-def _describe(m: manifest.Mismatch) -> str:
+def _describe(m: manifest.Mismatch, manifest_file: str) -> str:
     if m.actual is None:
-        return f"listed in locks/patches.toml (sha256 {m.expected}) but the file is gone or not in the series"
+        return f"listed in {manifest_file} (sha256 {m.expected}) but the file is gone or not in the series"
     if m.expected is None:
-        return f"not listed in locks/patches.toml (actual sha256 {m.actual})"
-    return f"digest mismatch: locks/patches.toml says {m.expected}, the file has {m.actual}"
+        return f"not listed in {manifest_file} (actual sha256 {m.actual})"
+    return f"digest mismatch: {manifest_file} says {m.expected}, the file has {m.actual}"
 
 
 def lint_patch(path: Path, label: str) -> list[Finding]:

@@ -227,6 +227,8 @@ class RebaseTarget:
     name: str
     sdist: SdistRef
     pin: Pin
+    port: str | None = None
+    """The port of the series to this upstream (series/ports/<port>), if there is one."""
 
 
 @dataclass(frozen=True)
@@ -262,8 +264,12 @@ class UpstreamLock:
         for name in rebase.data:
             t = rebase.table(name)
             sdist = SdistRef.parse(t)
+            port = t.data.get("port")
+            if port is not None and (not isinstance(port, str) or not port or "/" in port):
+                problems.append(f"{t.where}.port: expected a port name (a file in series/ports/)")
+                port = None
             targets[name] = RebaseTarget(
-                name, sdist, Pin(t.oid("commit"), t.oid("tree"), t.date("commit_date"))
+                name, sdist, Pin(t.oid("commit"), t.oid("tree"), t.date("commit_date")), port
             )
             if sdist.package and name != sdist.spec:
                 problems.append(f"{t.where}: the name must be {sdist.spec!r} (package and version)")
@@ -287,6 +293,7 @@ class UpstreamLock:
                         "commit": t.pin.commit,
                         "tree": t.pin.tree,
                         "commit_date": t.pin.commit_date,
+                        **({"port": t.port} if t.port else {}),
                     }
                     for name, t in self.rebase_targets.items()
                 }
@@ -428,9 +435,9 @@ class PatchManifest:
             patches[name] = table.sha256(name)
         return PatchManifest(series.sha256("sha256"), patches)
 
-    def to_toml(self) -> dict[str, Any]:
+    def to_toml(self, series_file: str = "series/series") -> dict[str, Any]:
         return {
-            "series": {"file": "series/series", "sha256": self.series_sha256},
+            "series": {"file": series_file, "sha256": self.series_sha256},
             "patches": dict(self.patches),
         }
 
@@ -472,6 +479,10 @@ def load_toolchain(locks_dir: Path) -> ToolchainLock:
 
 def load_model(locks_dir: Path) -> ModelLock:
     return _load(locks_dir / "model.toml", ModelLock.parse)
+
+
+def load_manifest_file(path: Path) -> PatchManifest:
+    return _load(path, PatchManifest.parse)
 
 
 def load_manifest(locks_dir: Path) -> PatchManifest:

@@ -9,7 +9,7 @@ import tomli_w
 from builder import series
 from builder.digest import sha256_bytes, sha256_file
 from builder.errors import ConfigError, IntegrityError
-from builder.locks import PatchManifest, load_manifest, write_atomic
+from builder.locks import PatchManifest, load_manifest_file, write_atomic
 from builder.paths import Repo
 
 REFRESH_HINT = (
@@ -36,6 +36,11 @@ class Mismatch:
         return f"{self.file}: expected sha256 {self.expected}, actual {self.actual}"
 
 
+def _labels(repo: Repo) -> tuple[str, str, str]:
+    """How messages name the series file, the patches directory and the manifest of `repo`."""
+    return repo.rel(repo.series_file), repo.rel(repo.patches_dir), repo.rel(repo.manifest_file)
+
+
 def compute(repo: Repo) -> PatchManifest:
     """The manifest of the current series and the patches it names (missing file: ConfigError)."""
     text = _read_series_bytes(repo)
@@ -50,7 +55,8 @@ def compute(repo: Repo) -> PatchManifest:
         path = repo.patches_dir / entry.name
         if not path.is_file():
             raise ConfigError(
-                f"{repo.rel(repo.series_file)}:{entry.line}: names {entry.name}, which is not in patches/",
+                f"{repo.rel(repo.series_file)}:{entry.line}: names {entry.name}, "
+                f"which is not in {repo.rel(repo.patches_dir)}/",
                 hint="restore the patch file or remove the line from the series",
             )
         patches[entry.name] = sha256_file(path)
@@ -64,16 +70,17 @@ def _read_series_bytes(repo: Repo) -> bytes:
         raise ConfigError(f"{repo.rel(repo.series_file)}: series file missing") from exc
 
 
-def compare(locked: PatchManifest, actual: PatchManifest) -> list[Mismatch]:
+def compare(locked: PatchManifest, actual: PatchManifest, repo: Repo) -> list[Mismatch]:
     """Every difference between the locked and the actual manifest, series first."""
+    series_label, patches_label, _ = _labels(repo)
     found: list[Mismatch] = []
     if locked.series_sha256 != actual.series_sha256:
-        found.append(Mismatch("series/series", locked.series_sha256, actual.series_sha256))
+        found.append(Mismatch(series_label, locked.series_sha256, actual.series_sha256))
     for name, digest in actual.patches.items():
         if locked.patches.get(name) != digest:
-            found.append(Mismatch(f"patches/{name}", locked.patches.get(name), digest))
+            found.append(Mismatch(f"{patches_label}/{name}", locked.patches.get(name), digest))
     found.extend(
-        Mismatch(f"patches/{name}", digest, None)
+        Mismatch(f"{patches_label}/{name}", digest, None)
         for name, digest in locked.patches.items()
         if name not in actual.patches
     )
@@ -81,23 +88,24 @@ def compare(locked: PatchManifest, actual: PatchManifest) -> list[Mismatch]:
 
 
 def verify(repo: Repo) -> PatchManifest:
-    """Check the series and every patch against locks/patches.toml; IntegrityError on any difference."""
-    locked = load_manifest(repo.locks_dir)
+    """Check the series and every patch against its manifest; IntegrityError on any difference."""
+    series_label, _, manifest_label = _labels(repo)
+    locked = load_manifest_file(repo.manifest_file)
     series_digest = sha256_bytes(_read_series_bytes(repo))
     if series_digest != locked.series_sha256:
         # checked before the series is even parsed: a flipped byte may have renamed a patch
         raise IntegrityError(
-            "series/series does not match locks/patches.toml",
+            f"{series_label} does not match {manifest_label}",
             expected=locked.series_sha256,
             actual=series_digest,
-            hint=REFRESH_HINT.format(file="series/series"),
+            hint=REFRESH_HINT.format(file=series_label),
         )
     actual = compute(repo)
-    mismatches = compare(locked, actual)
+    mismatches = compare(locked, actual, repo)
     if mismatches:
         first = mismatches[0]
         raise IntegrityError(
-            f"{first.file} does not match locks/patches.toml"
+            f"{first.file} does not match {manifest_label}"
             + (f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""),
             expected=first.expected,
             actual=first.actual,
@@ -107,10 +115,12 @@ def verify(repo: Repo) -> PatchManifest:
     return actual
 
 
-def serialize(manifest: PatchManifest) -> bytes:
-    """The exact bytes of locks/patches.toml for `manifest` (tomli-w, deterministic)."""
-    return tomli_w.dumps(manifest.to_toml()).encode()
+def serialize(manifest: PatchManifest, repo: Repo | None = None) -> bytes:
+    """The exact bytes of the manifest file for `manifest` (tomli-w, deterministic)."""
+    series_file = "series/series" if repo is None else repo.rel(repo.series_file)
+    return tomli_w.dumps(manifest.to_toml(series_file)).encode()
 
 
 def write(repo: Repo, manifest: PatchManifest) -> None:
-    write_atomic(repo.manifest_file, serialize(manifest))
+    repo.manifest_file.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(repo.manifest_file, serialize(manifest, repo))

@@ -52,17 +52,22 @@ def find_repo_root(start: Path | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Repo:
-    """The files of the repository that dgr reads and writes."""
+    """The files of the repository that dgr reads and writes.
+
+    With `port` set, the view of a port of the series to another upstream: its own order file
+    `series/ports/<port>`, patches `patches/ports/<port>/` and manifest `locks/ports/<port>.toml`.
+    """
 
     root: Path
+    port: str | None = None
 
     @property
     def series_file(self) -> Path:
-        return self.root / "series" / "series"
+        return self.root / "series" / ("series" if self.port is None else f"ports/{self.port}")
 
     @property
     def patches_dir(self) -> Path:
-        return self.root / "patches"
+        return self.root / "patches" if self.port is None else self.root / "patches" / "ports" / self.port
 
     @property
     def locks_dir(self) -> Path:
@@ -70,7 +75,15 @@ class Repo:
 
     @property
     def manifest_file(self) -> Path:
-        return self.locks_dir / "patches.toml"
+        return self.locks_dir / ("patches.toml" if self.port is None else f"ports/{self.port}.toml")
+
+    def ports(self) -> list[str]:
+        """The ports of the series (files in series/ports/)."""
+        directory = self.root / "series" / "ports"
+        return sorted(p.name for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
+
+    def for_port(self, port: str | None) -> Repo:
+        return Repo(self.root, port)
 
     @property
     def worker_dir(self) -> Path:

@@ -126,16 +126,31 @@ def worker_bin(real_cache: Path, real_build: dict[str, Any]) -> Path:
     return Path(real_build["path"]) / "bin" / "layer-worker"
 
 
-def test_worker_survives_garbage_on_its_transport(worker_bin: Path) -> None:
+def test_worker_survives_garbage_on_its_transport(worker_bin: Path, real_cache: Path) -> None:
+    """Garbage, an oversized frame and a broken header are each answered with an error; the session the
+    worker held before goes on as if nothing happened."""
+    model = next((real_cache / "models").glob("*/*.gguf"))
     with Worker(worker_bin, "garbage") as w:
+        w.request("load", model=str(model), context=True)
+        first = w.request("decode", tokens=[1, 2, 3], session="s", epoch=1, pos=0, n_tokens=3).header
         w.send_raw(b"this is not a frame" * 10)
-        reply = w.read_reply("garbage")
-        assert reply.header["error"]["code"] == "bad_frame"
+        assert w.read_reply("garbage").header["error"]["code"] == "bad_frame"
         w.send_raw(frames.encode({"id": 5, "op": "hello"})[:4] + struct.pack("<IQ", 10, 1 << 40))
         assert w.read_reply("oversized").header["error"]["code"] == "frame_too_large"
         w.send_raw(frames.PREFIX.pack(frames.MAGIC, 12, 0) + b"{broken json")
         assert w.read_reply("bad json").header["error"]["code"] == "bad_request"
         assert w.request("hello").header["protocol"] == 1
+        after = w.request(
+            "decode", tokens=[first["argmax"][0]], session="s", epoch=1, pos=3, n_tokens=1
+        ).header
+        assert after["n_pos"] == 4
+    with Worker(worker_bin, "clean") as w:
+        w.request("load", model=str(model), context=True)
+        w.request("decode", tokens=[1, 2, 3], session="s", epoch=1, pos=0, n_tokens=3)
+        clean = w.request(
+            "decode", tokens=[first["argmax"][0]], session="s", epoch=1, pos=3, n_tokens=1
+        ).header
+    assert after["argmax"] == clean["argmax"]
 
 
 def test_worker_decoder_refuses_malformed_bundles(worker_bin: Path, real_cache: Path) -> None:
@@ -162,3 +177,39 @@ def test_worker_decoder_refuses_malformed_bundles(worker_bin: Path, real_cache: 
             assert info.value.code in ("bad_bundle", "bundle_mismatch"), name
         reply = tail.request("decode", good, **fields)
         assert len(reply.header["argmax"]) == 1
+
+
+def test_bench_quick_reports_every_key(real_cache: Path, real_build: dict[str, Any], tmp_path: Path) -> None:
+    result = dgr(real_cache, "bench", "--quick", "--json", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert {
+        "machine",
+        "in_process",
+        "workers",
+        "memory",
+        "codec",
+        "build",
+        "summary",
+        "hop_bytes_per_token",
+    } <= set(out)
+    assert [r["shards"] for r in out["in_process"]] == [2, 3, 5] == [r["shards"] for r in out["workers"]]
+    assert all(r["decode"]["same_tokens"] for r in out["in_process"] + out["workers"])
+    assert out["codec"]["cpp"]["zero_copy_decode"] and out["codec"]["cpp"]["codec_gbps"] > 0
+    assert out["memory"][0]["layers"] == [0, 30] and out["memory"][1]["peak_rss_fraction"] < 1
+    assert (tmp_path / "bench.json").is_file() and (tmp_path / "memory.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sanitized_native_tests_and_ownership(real_cache: Path, real_build: dict[str, Any]) -> None:
+    """ASan + UBSan build of llama.cpp, ggml and the worker: native tests and ownership checks pass."""
+    result = dgr(
+        real_cache, "verify", "--sanitize", "address,undefined", "--only", "native,ownership", "--json"
+    )
+    report = json.loads(result.stdout) if result.stdout.strip() else {}
+    failed = [f"{c['group']}/{c['name']}: {c['detail']}" for c in report.get("checks", []) if not c["passed"]]
+    assert result.returncode == 0, "\n".join(failed) or result.stderr[-3000:]
+    assert (
+        report["inputs_digest"]
+        != json.loads(dgr(real_cache, "build", "--json").stdout)["build"]["inputs_digest"]
+    )
+    assert {c["name"] for c in report["checks"] if c["group"] == "native"} == NATIVE_TESTS

@@ -35,30 +35,38 @@ class Bundle:
         return self.tensors[name][1]
 
 
-def encode(meta: dict[str, str], tensors: dict[str, tuple[str, np.ndarray]]) -> bytes:
+def encode(meta: dict[str, str], tensors: dict[str, tuple[str, np.ndarray]]) -> bytearray:
+    """The bundle bytes; each tensor is copied once, straight into its place."""
     header: dict[str, object] = {
         "__metadata__": {"format": FORMAT, "version": VERSION, "byte_order": "little", **meta}
     }
-    chunks: list[bytes] = []
+    arrays: list[np.ndarray] = []
     offset = 0
     for name in sorted(tensors):
         dtype, array = tensors[name]
         if dtype not in _DTYPES:
             raise BundleError(f"unknown dtype {dtype!r}")
-        data = np.ascontiguousarray(array, dtype=_DTYPES[dtype]).tobytes()
+        data = np.ascontiguousarray(array, dtype=_DTYPES[dtype])
         header[name] = {
             "dtype": dtype,
             "shape": list(array.shape),
-            "data_offsets": [offset, offset + len(data)],
+            "data_offsets": [offset, offset + data.nbytes],
         }
-        chunks.append(data)
-        offset += len(data)
+        arrays.append(data)
+        offset += data.nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
+    out = bytearray(8 + len(text) + offset)
+    struct.pack_into("<Q", out, 0, len(text))
+    out[8 : 8 + len(text)] = text
+    pos = 8 + len(text)
+    for data in arrays:
+        out[pos : pos + data.nbytes] = memoryview(data).cast("B")
+        pos += data.nbytes
+    return out
 
 
-def decode(data: bytes | memoryview, max_size: int = DEFAULT_MAX_SIZE) -> Bundle:
+def decode(data: bytes | bytearray | memoryview, max_size: int = DEFAULT_MAX_SIZE) -> Bundle:
     """Decode and validate; arrays are zero-copy views of `data` where the layout allows."""
     buf = memoryview(data)
     if len(buf) > max_size:

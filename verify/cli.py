@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -55,10 +56,18 @@ def junit_xml(checks: list[Check]) -> bytes:
 
 def run(args: argparse.Namespace) -> int:
     groups = groups_of(args.only)
+    sanitize = build.parse_sanitizers(args.sanitize)
+    if sanitize:
+        # a finding of a sanitizer fails the test or the request instead of scrolling by
+        os.environ.setdefault("ASAN_OPTIONS", "halt_on_error=1:detect_leaks=1")
+        os.environ.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
     ctx = Context.discover()
-    patched = build.run(ctx, build.Request(mirror=args.mirror))
+    patched = build.run(ctx, build.Request(mirror=args.mirror, upstream=args.upstream, sanitize=sanitize))
     baseline = (
-        build.run(ctx, build.Request(upstream_only=True, mirror=args.mirror))
+        build.run(
+            ctx,
+            build.Request(upstream_only=True, mirror=args.mirror, upstream=args.upstream, sanitize=sanitize),
+        )
         if "boundary" in groups
         else None
     )

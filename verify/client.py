@@ -15,6 +15,11 @@ from typing import Any
 from builder import proc
 from verify import frames
 
+# OpenMP threads spin for a short while at a barrier, then sleep: spinning keeps a graph's many barriers
+# fast (3x the decode speed of sleeping at once, on 2 cores), sleeping soon lets the other workers of a
+# chain on the same cores run (spinning forever, the default, made a 3-process chain 50x slower)
+OMP_ENV = {"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "1000"}
+
 
 class WorkerError(Exception):
     """The worker answered a request with an error."""
@@ -40,20 +45,26 @@ class WorkerDied(Exception):
 
 
 class _DeadlineReader:
-    """A file-like reader over a pipe fd whose reads fail after a deadline."""
+    """A buffered file-like reader over a pipe fd whose reads fail after a deadline: one read() system call
+    usually brings a whole reply."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.deadline = float("inf")
+        self._buf = bytearray()
 
     def read(self, n: int) -> bytes:
-        timeout = self.deadline - time.monotonic()
-        if timeout <= 0:
-            raise TimeoutError
-        ready, _, _ = select.select([self.fd], [], [], timeout)
-        if not ready:
-            raise TimeoutError
-        return os.read(self.fd, n)
+        if not self._buf:
+            timeout = self.deadline - time.monotonic()
+            if timeout <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([self.fd], [], [], timeout)
+            if not ready:
+                raise TimeoutError
+            self._buf += os.read(self.fd, max(n, 1 << 16))
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
 
 
 class Worker:
@@ -75,10 +86,7 @@ class Worker:
         self._ids = itertools.count(1)
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process, closed in close()
         cmd = [str(binary), "--max-body", str(max_body)] + (["--verbose"] if verbose else [])
-        # OpenMP threads that spin after their work starve the other workers of the chain on the same cores
-        self.proc = proc.spawn(
-            cmd, env={"OMP_WAIT_POLICY": "passive", **os.environ, **(env or {})}, stderr=self._stderr
-        )
+        self.proc = proc.spawn(cmd, env={**OMP_ENV, **os.environ, **(env or {})}, stderr=self._stderr)
         assert self.proc.stdout is not None
         self._reader = _DeadlineReader(self.proc.stdout.fileno())
 

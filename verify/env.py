@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verify import synth
+from verify.report import REAL_MODEL, SYNTHETIC
 
 
 @dataclass(frozen=True)
@@ -18,3 +19,12 @@ class Env:
 
     def synth(self, spec: synth.SynthSpec) -> Path:
         return synth.ensure(spec, self.fixtures)
+
+    def llama_models(self) -> list[tuple[Path, str, str]]:
+        """(path, evidence, label) of the dense-Llama models every split check runs on: the synthetic
+        fixtures (untied and tied output) and the locked real model."""
+        return [
+            (self.synth(synth.LLAMA_UNTIED), SYNTHETIC, "synth-untied"),
+            (self.synth(synth.LLAMA_TIED), SYNTHETIC, "synth-tied"),
+            (self.model, REAL_MODEL, "smollm2"),
+        ]

@@ -14,6 +14,11 @@ _LAYER = re.compile(r"^blk\.(\d+)\.")
 _SHARED = ("rope_freqs.", "rope_factors_")
 
 
+def is_shared(name: str) -> bool:
+    """A tensor every layer uses, held by every range."""
+    return name.startswith(_SHARED)
+
+
 @dataclass(frozen=True)
 class Inventory:
     path: Path
@@ -37,7 +42,7 @@ class Inventory:
             if m:
                 if begin <= int(m.group(1)) < end:
                     out.add(name)
-            elif name.startswith(_SHARED):
+            elif is_shared(name):
                 out.add(name)
             elif name == "token_embd.weight":
                 if begin == 0 or (self.tied and end == self.n_layer):

@@ -12,7 +12,12 @@ from builder.paths import Context
 
 def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
-    request = build.Request(upstream_only=args.upstream_only, mirror=args.mirror, upstream=args.upstream)
+    request = build.Request(
+        upstream_only=args.upstream_only,
+        mirror=args.mirror,
+        upstream=args.upstream,
+        sanitize=build.parse_sanitizers(args.sanitize),
+    )
     result = build.run(ctx, request)
     if args.json:
         print(json.dumps({**result.manifest, "path": str(result.path), "status": result.status}, indent=2))

@@ -1,4 +1,5 @@
-"""`dgr manifest`: rewrite locks/patches.toml from the series and the patches (atomic write)."""
+"""`dgr manifest`: rewrite locks/patches.toml (and the manifest of every port) from the series and the
+patches (atomic writes)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from builder.paths import Context
 
 
 def run(args: argparse.Namespace) -> int:
-    repo = Context.discover().repo
-    computed = manifest.compute(repo)
-    data = manifest.serialize(computed)
-    if repo.manifest_file.is_file() and repo.manifest_file.read_bytes() == data:
-        log.info(f"{repo.rel(repo.manifest_file)} is up to date ({len(computed.patches)} patch(es))")
-    else:
-        manifest.write(repo, computed)
-        log.info(f"wrote {repo.rel(repo.manifest_file)} ({len(computed.patches)} patch(es))")
-    print(repo.manifest_file)
+    main = Context.discover().repo
+    for repo in [main, *(main.for_port(p) for p in main.ports())]:
+        computed = manifest.compute(repo)
+        data = manifest.serialize(computed, repo)
+        if repo.manifest_file.is_file() and repo.manifest_file.read_bytes() == data:
+            log.info(f"{repo.rel(repo.manifest_file)} is up to date ({len(computed.patches)} patch(es))")
+        else:
+            manifest.write(repo, computed)
+            log.info(f"wrote {repo.rel(repo.manifest_file)} ({len(computed.patches)} patch(es))")
+        print(repo.manifest_file)
     return EXIT_OK

@@ -10,7 +10,7 @@ from verify import bundle, inventory, prompts, synth
 from verify.client import Worker, WorkerError
 from verify.env import Env
 from verify.pipeline import Pipeline
-from verify.report import REAL_MODEL, SYNTHETIC, Check, guarded, matching_prefix
+from verify.report import REAL_MODEL, Check, guarded, matching_prefix
 
 SPLITS = (2, 3, 5, 30)
 PREFILL_TOKENS = 64
@@ -223,12 +223,7 @@ def check_codec_roundtrip(env: Env) -> Check:
 
 def run(env: Env) -> list[Check]:
     checks: list[Check] = []
-    for spec, evidence, label in (
-        (synth.LLAMA_UNTIED, SYNTHETIC, "synth-untied"),
-        (synth.LLAMA_TIED, SYNTHETIC, "synth-tied"),
-        (None, REAL_MODEL, "smollm2"),
-    ):
-        model = env.model if spec is None else env.synth(spec)
+    for model, evidence, label in env.llama_models():
         checks += guarded(
             "boundary",
             f"prefill-splits/{label}",

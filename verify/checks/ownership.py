@@ -68,9 +68,7 @@ def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: str, label
                     holders[name] = holders.get(name, 0) + 1
     for name in inv.tensors:
         want_holders = (
-            k
-            if name.startswith(inventory._SHARED)
-            else (min(2, k) if inv.tied and name == "token_embd.weight" else 1)
+            k if inventory.is_shared(name) else (min(2, k) if inv.tied and name == "token_embd.weight" else 1)
         )
         if holders.get(name, 0) != want_holders:
             problems.append(f"{name} is held by {holders.get(name, 0)} shards, expected {want_holders}")
@@ -176,12 +174,8 @@ def check_uncertified_arch(env: Env) -> Check:
 
 def run(env: Env) -> list[Check]:
     checks: list[Check] = []
-    for spec, evidence, label in (
-        (synth.LLAMA_UNTIED, SYNTHETIC, "synth-untied"),
-        (synth.LLAMA_TIED, SYNTHETIC, "synth-tied"),
-        (None, REAL_MODEL, "smollm2"),
-    ):
-        inv = inventory.read(env.model if spec is None else env.synth(spec))
+    for model, evidence, label in env.llama_models():
+        inv = inventory.read(model)
         for k in SPLITS:
             checks += guarded(
                 "ownership",

@@ -38,6 +38,12 @@ bool frame_reader::fill(size_t n) {
             buf_.clear();
             pos_ = 0;
         }
+        if (fd_ < 0) {
+            buf_.insert(buf_.end(), mem_, mem_ + mem_size_);
+            mem_size_ = 0;
+            eof_      = true;
+            continue;
+        }
         uint8_t tmp[1 << 16];
         const ssize_t r = ::read(fd_, tmp, sizeof(tmp));
         if (r < 0) {

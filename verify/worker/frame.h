@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lw {
@@ -36,6 +37,10 @@ class frame_reader {
 public:
     frame_reader(int fd, uint64_t max_body) : fd_(fd), max_body_(max_body) {}
 
+    // frames from a buffer that stays alive while the reader is used (tests, fuzzing)
+    frame_reader(const uint8_t * data, size_t size, uint64_t max_body)
+        : fd_(-1), max_body_(max_body), mem_(data), mem_size_(size) {}
+
     // reads the next frame; after bad_magic and too_large (reported at once, without waiting for more input)
     // the next read first skips to the next magic
     read_status read(frame & out, std::string & error);
@@ -46,6 +51,8 @@ private:
 
     int                  fd_;
     uint64_t             max_body_;
+    const uint8_t *      mem_      = nullptr;
+    size_t               mem_size_ = 0;
     std::vector<uint8_t> buf_;
     size_t               pos_    = 0;
     bool                 eof_    = false;
@@ -60,8 +67,8 @@ bool write_frame(int fd, const std::string & header, const void * body, uint64_t
 // message header. Fragments come in order: a gap, an overlap, a duplicate or a changing total is an error.
 class message_reader {
 public:
-    message_reader(int fd, uint64_t max_body, uint64_t max_message)
-        : frames_(fd, max_body), max_message_(max_message) {}
+    message_reader(frame_reader frames, uint64_t max_message)
+        : frames_(std::move(frames)), max_message_(max_message) {}
 
     // a complete message (its header without the fragment field); bad_fragment drops the partial message
     read_status read(frame & out, std::string & error);

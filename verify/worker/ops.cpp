@@ -503,8 +503,8 @@ json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std:
             throw request_error{"bundle_mismatch", "tensor 'residual' must be F32 [" + std::to_string(n_tok) + ", " +
                                 std::to_string(n_embd_) + "]"};
         }
-        hidden.resize(t.data.size() / sizeof(float));
-        memcpy(hidden.data(), t.data.data(), t.data.size());
+        hidden.resize(t.size / sizeof(float));
+        memcpy(hidden.data(), t.data, t.size); // the tensor need not be aligned in the bundle
 #else
         throw request_error{"unsupported", "this llama.cpp build has no boundary tensors (baseline build)"};
 #endif
@@ -585,7 +585,8 @@ json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std:
         bundle_tensor & t = b.tensors["residual"];
         t.dtype = "F32";
         t.shape = { ne[1], ne[0] };
-        t.data.assign((const uint8_t *) data, (const uint8_t *) data + size);
+        t.data = (const uint8_t *) data;
+        t.size = size;
         out = bundle_encode(b);
 #endif
         return res;

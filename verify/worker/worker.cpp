@@ -42,7 +42,7 @@ int main(int argc, char ** argv) {
     signal(SIGPIPE, SIG_IGN);
 
     lw::worker w(verbose, max_body);
-    lw::message_reader reader(0, max_body, lw::kMaxMessage);
+    lw::message_reader reader(lw::frame_reader(0, max_body), lw::kMaxMessage);
 
     for (;;) {
         lw::frame req;

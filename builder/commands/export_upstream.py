@@ -1,0 +1,22 @@
+"""`dgr export-upstream [--out DIR] [--json]`: render the upstream submission package (builder/export.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from builder import export, log
+from builder.errors import EXIT_OK
+from builder.paths import Context
+
+
+def run(args: argparse.Namespace) -> int:
+    ctx = Context.discover()
+    out = args.out.resolve() if args.out else ctx.repo.root / export.DEFAULT_OUT
+    result = export.run(ctx, out, args.mirror)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(result.out)
+    log.info(f"wrote {len(result.files)} file(s) to {result.out} (report {result.report})")
+    return EXIT_OK

@@ -1,0 +1,301 @@
+// layer-bench: the cost of splitting a model into layer ranges inside one process, and the speed of the bundle
+// codec. Prints one JSON object on stdout; `dgr bench` runs it next to the worker-process measurements.
+//
+//   layer-bench split --model PATH --split 0:10,10:20,20:30 [--threads 2] [--prefill 64,512] [--decode 32] [--reps 3]
+//   layer-bench codec [--tokens 512] [--n-embd 576] [--reps 200]
+//
+// split: the whole model and the chain of partial models live in the same process; each measurement is taken for
+// both alternately (whole, chain, whole, chain, ...) and the best of --reps is kept, so that a noisy machine
+// affects both alike.
+
+#include "bundle.h"
+
+#include "llama.h"
+#include "llama-ext.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using json = nlohmann::ordered_json;
+
+static double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static void quiet_log(ggml_log_level level, const char * text, void * /*user_data*/) {
+    if (level == GGML_LOG_LEVEL_ERROR) {
+        fputs(text, stderr);
+    }
+}
+
+struct stage {
+    llama_model *   model = nullptr;
+    llama_context * ctx   = nullptr;
+    bool head = false;
+    bool tail = false;
+};
+
+static stage load_stage(const std::string & path, int32_t begin, int32_t end, int n_threads, uint32_t n_ctx) {
+    llama_model_params mp = llama_model_default_params();
+    mp.layer_begin = begin;
+    mp.layer_end   = end;
+    stage s;
+    s.model = llama_model_load_from_file(path.c_str(), mp);
+    if (!s.model) {
+        throw std::runtime_error("cannot load " + path);
+    }
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx           = n_ctx;
+    cp.n_batch         = n_ctx;
+    cp.n_ubatch        = 512;
+    cp.n_threads       = n_threads;
+    cp.n_threads_batch = n_threads;
+    cp.no_perf         = true;
+    s.ctx = llama_init_from_model(s.model, cp);
+    if (!s.ctx) {
+        throw std::runtime_error("cannot create a context");
+    }
+    s.head = llama_model_layer_begin(s.model) == 0;
+    s.tail = llama_model_layer_end(s.model) == llama_model_n_layer(s.model);
+    return s;
+}
+
+// runs tokens at positions pos.. through the stages; returns the argmax of the last token
+static int32_t run_chain(std::vector<stage> & stages, const std::vector<llama_token> & tokens, int32_t pos) {
+    const int32_t n = (int32_t) tokens.size();
+    std::vector<float> hidden;
+    int32_t argmax = -1;
+    for (auto & s : stages) {
+        llama_batch batch = llama_batch_init(n, 0, 1);
+        for (int32_t i = 0; i < n; ++i) {
+            batch.token[i]     = tokens[i];
+            batch.pos[i]       = pos + i;
+            batch.n_seq_id[i]  = 1;
+            batch.seq_id[i][0] = 0;
+            batch.logits[i]    = i == n - 1;
+        }
+        batch.n_tokens = n;
+        if (!s.head) {
+            free(batch.token);
+            batch.token = nullptr;
+            const int64_t ne[2] = { llama_model_n_embd(s.model), n };
+            if (llama_set_boundary_input(s.ctx, "residual", GGML_TYPE_F32, ne, hidden.data(), hidden.size()*sizeof(float)) != 0) {
+                throw std::runtime_error("boundary input refused");
+            }
+        }
+        if (llama_decode(s.ctx, batch) != 0) {
+            throw std::runtime_error("decode failed");
+        }
+        llama_batch_free(batch);
+        if (s.tail) {
+            const float * l = llama_get_logits_ith(s.ctx, n - 1);
+            const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(s.model));
+            argmax = (int32_t) (std::max_element(l, l + n_vocab) - l);
+        } else {
+            const void * data = nullptr;
+            size_t size = 0;
+            if (llama_get_boundary_output(s.ctx, "residual", nullptr, nullptr, &data, &size) != 0) {
+                throw std::runtime_error("no boundary output");
+            }
+            hidden.assign((const float *) data, (const float *) data + size/sizeof(float));
+        }
+    }
+    return argmax;
+}
+
+static void clear(std::vector<stage> & stages) {
+    for (auto & s : stages) {
+        llama_memory_clear(llama_get_memory(s.ctx), true);
+    }
+}
+
+static std::vector<std::pair<int32_t, int32_t>> parse_split(const std::string & text) {
+    std::vector<std::pair<int32_t, int32_t>> out;
+    size_t start = 0;
+    while (start <= text.size()) {
+        const size_t comma = text.find(',', start);
+        const std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        int b = 0, e = 0;
+        if (sscanf(part.c_str(), "%d:%d", &b, &e) != 2) {
+            throw std::runtime_error("bad split part '" + part + "'");
+        }
+        out.emplace_back(b, e);
+        if (comma == std::string::npos) {
+            break;
+        }
+        start = comma + 1;
+    }
+    return out;
+}
+
+static std::vector<int32_t> parse_list(const std::string & text) {
+    std::vector<int32_t> out;
+    size_t start = 0;
+    while (true) {
+        const size_t comma = text.find(',', start);
+        out.push_back(atoi(text.substr(start, comma - start).c_str()));
+        if (comma == std::string::npos) {
+            return out;
+        }
+        start = comma + 1;
+    }
+}
+
+static json bench_split(const std::map<std::string, std::string> & args) {
+    const std::string model   = args.at("--model");
+    const auto        split   = parse_split(args.at("--split"));
+    const int         threads = atoi(args.count("--threads") ? args.at("--threads").c_str() : "2");
+    const auto        prefill = parse_list(args.count("--prefill") ? args.at("--prefill") : "64,512");
+    const int         n_dec   = atoi(args.count("--decode") ? args.at("--decode").c_str() : "32");
+    const int         reps    = atoi(args.count("--reps") ? args.at("--reps").c_str() : "3");
+    const uint32_t    n_ctx   = 1024;
+
+    std::vector<stage> whole = { load_stage(model, 0, -1, threads, n_ctx) };
+    std::vector<stage> chain;
+    for (const auto & [b, e] : split) {
+        chain.push_back(load_stage(model, b, e, threads, n_ctx));
+    }
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(whole[0].model));
+
+    auto tokens_of = [&](int n) {
+        std::vector<llama_token> t(n);
+        for (int i = 0; i < n; ++i) {
+            t[i] = 1 + (i * 7919) % (n_vocab - 1);
+        }
+        return t;
+    };
+
+    json out = json::object();
+    json prefill_out = json::array();
+    for (int n : prefill) {
+        const auto tokens = tokens_of(n);
+        double best[2] = { 1e30, 1e30 };
+        for (int r = 0; r < reps; ++r) {
+            for (int w = 0; w < 2; ++w) {
+                auto & st = w == 0 ? whole : chain;
+                clear(st);
+                const double t0 = now_s();
+                run_chain(st, tokens, 0);
+                best[w] = std::min(best[w], now_s() - t0);
+            }
+        }
+        prefill_out.push_back({ {"tokens", n}, {"whole_tps", n / best[0]}, {"split_tps", n / best[1]}, {"ratio", best[0] / best[1]} });
+    }
+    out["prefill"] = prefill_out;
+
+    // decode: n_dec single tokens after a 16-token prompt, the same greedy tokens for both
+    {
+        const auto prompt = tokens_of(16);
+        double best[2] = { 1e30, 1e30 };
+        std::vector<int32_t> gen[2];
+        for (int r = 0; r < reps; ++r) {
+            for (int w = 0; w < 2; ++w) {
+                auto & st = w == 0 ? whole : chain;
+                clear(st);
+                int32_t tok = run_chain(st, prompt, 0);
+                gen[w].assign(1, tok);
+                const double t0 = now_s();
+                for (int i = 0; i < n_dec; ++i) {
+                    tok = run_chain(st, { tok }, 16 + i);
+                    gen[w].push_back(tok);
+                }
+                best[w] = std::min(best[w], now_s() - t0);
+            }
+        }
+        out["decode"] = { {"tokens", n_dec}, {"whole_tps", n_dec / best[0]}, {"split_tps", n_dec / best[1]},
+                          {"ratio", best[0] / best[1]}, {"same_tokens", gen[0] == gen[1]} };
+    }
+    for (auto * st : { &whole, &chain }) {
+        for (auto & s : *st) {
+            llama_free(s.ctx);
+            llama_model_free(s.model);
+        }
+    }
+    out["split"] = args.at("--split");
+    out["threads"] = threads;
+    out["reps"] = reps;
+    return out;
+}
+
+static json bench_codec(const std::map<std::string, std::string> & args) {
+    const int n_tok  = atoi(args.count("--tokens") ? args.at("--tokens").c_str() : "512");
+    const int n_embd = atoi(args.count("--n-embd") ? args.at("--n-embd").c_str() : "576");
+    const int reps   = atoi(args.count("--reps") ? args.at("--reps").c_str() : "200");
+
+    std::vector<float> residual((size_t) n_tok * n_embd);
+    for (size_t i = 0; i < residual.size(); ++i) {
+        residual[i] = (float) ((i * 2654435761u) % 1000) / 1000.0f;
+    }
+    const size_t bytes = residual.size() * sizeof(float);
+
+    lw::bundle b;
+    b.meta = { {"model", "0123456789abcdef"}, {"n_layer", "30"}, {"layer_begin", "0"}, {"layer_end", "10"},
+               {"session", "bench"}, {"epoch", "1"}, {"pos", "0"}, {"n_tokens", std::to_string(n_tok)} };
+    lw::bundle_tensor & t = b.tensors["residual"];
+    t.dtype = "F32";
+    t.shape = { n_tok, n_embd };
+    t.data  = (const uint8_t *) residual.data();
+    t.size  = bytes;
+
+    std::vector<float> sink(residual.size());
+    double best_codec = 1e30, best_copy = 1e30, best_encode = 1e30, best_decode = 1e30;
+    for (int r = 0; r < reps; ++r) {
+        // what a hop does: encode at the producer, decode (validate, no copy) and copy out at the consumer
+        double t0 = now_s();
+        const std::vector<uint8_t> data = lw::bundle_encode(b);
+        const double t1 = now_s();
+        const lw::bundle d = lw::bundle_decode(data.data(), data.size(), 1ull << 32);
+        const double t2 = now_s();
+        memcpy(sink.data(), d.tensors.at("residual").data, bytes);
+        const double t3 = now_s();
+        best_encode = std::min(best_encode, t1 - t0);
+        best_decode = std::min(best_decode, t2 - t1);
+        best_codec  = std::min(best_codec, t3 - t0);
+
+        // the floor: the same bytes copied twice (into a message, out of it)
+        std::vector<uint8_t> copy(bytes);
+        t0 = now_s();
+        memcpy(copy.data(), residual.data(), bytes);
+        memcpy(sink.data(), copy.data(), bytes);
+        best_copy = std::min(best_copy, now_s() - t0);
+    }
+    const double gb = bytes / 1e9;
+    return {
+        {"bytes", bytes}, {"reps", reps},
+        {"encode_gbps", gb / best_encode}, {"decode_gbps", gb / best_decode},
+        {"codec_gbps", gb / best_codec}, {"memcpy_gbps", gb / best_copy},
+        {"ratio_to_memcpy", best_copy / best_codec}, {"zero_copy_decode", true},
+    };
+}
+
+int main(int argc, char ** argv) {
+    if (argc < 2 || (strcmp(argv[1], "split") != 0 && strcmp(argv[1], "codec") != 0)) {
+        fprintf(stderr, "usage: %s split --model PATH --split A:B,B:C [--threads N] [--prefill N,N] [--decode N] [--reps N]\n"
+                        "       %s codec [--tokens N] [--n-embd N] [--reps N]\n", argv[0], argv[0]);
+        return 2;
+    }
+    std::map<std::string, std::string> args;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        args[argv[i]] = argv[i + 1];
+    }
+    llama_log_set(quiet_log, nullptr);
+    llama_backend_init();
+    try {
+        const json out = strcmp(argv[1], "split") == 0 ? bench_split(args) : bench_codec(args);
+        printf("%s\n", out.dump().c_str());
+    } catch (const std::exception & e) {
+        fprintf(stderr, "layer-bench: %s\n", e.what());
+        return 1;
+    }
+    llama_backend_free();
+    return 0;
+}
