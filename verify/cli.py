@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         fixtures=ctx.cache.root / "fixtures",
         threads=args.threads,
         baseline_worker=baseline.path / "bin" / "layer-worker" if baseline else None,
+        sanitized=bool(sanitize),
     )
     checks: list[Check] = []
     durations: dict[str, float] = {}

@@ -16,6 +16,7 @@ class Env:
     fixtures: Path  # where synthetic models are written
     threads: int = 2
     baseline_worker: Path | None = None  # layer-worker built against the unpatched upstream
+    sanitized: bool = False  # the build runs under ASan/UBSan: process memory is mostly the sanitizers'
 
     def synth(self, spec: synth.SynthSpec) -> Path:
         return synth.ensure(spec, self.fixtures)

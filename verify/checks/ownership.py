@@ -89,8 +89,13 @@ def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: str, label
 
 
 def check_peak_rss(env: Env) -> Check:
-    """Peak RSS (mmap off) of 10-layer shards of SmolLM2 against the whole model, each in a fresh process."""
+    """Peak RSS (mmap off) of 10-layer ranges of SmolLM2 against the whole model, each in a fresh process.
+
+    The limit applies to the process's peak RSS. Under sanitizers most of a process's memory is their
+    shadow and allocator, so there it applies to what loading adds to an idle worker's peak (net)."""
     peaks: dict[str, int] = {}
+    with Worker(env.worker, "rss-idle") as w:
+        peaks["idle"] = w.request("memory").header["peak_rss"]
     for label, (begin, end) in {
         "whole": (0, -1),
         "head": (0, 10),
@@ -101,14 +106,21 @@ def check_peak_rss(env: Env) -> Check:
             rep = _load(w, env.model, begin, end, mmap=False)
             peaks[label] = rep["memory"]["peak_rss"]
     ratios = {f"{k}_ratio": peaks[k] / peaks["whole"] for k in ("head", "middle", "tail")}
-    passed = ratios["middle_ratio"] <= RSS_RATIO_MAX
-    figures = {**{f"{k}_peak_rss": v for k, v in peaks.items()}, **ratios, "limit": RSS_RATIO_MAX}
-    detail = (
-        ""
-        if passed
-        else f"middle shard [10, 20) peaks at {ratios['middle_ratio']:.1%} of the whole model, "
-        f"over {RSS_RATIO_MAX:.0%}"
-    )
+    net = {
+        f"{k}_net_ratio": (peaks[k] - peaks["idle"]) / (peaks["whole"] - peaks["idle"])
+        for k in ("head", "middle", "tail")
+    }
+    criterion = "middle_net_ratio" if env.sanitized else "middle_ratio"
+    value = {**ratios, **net}[criterion]
+    passed = value <= RSS_RATIO_MAX
+    figures = {
+        **{f"{k}_peak_rss": v for k, v in peaks.items()},
+        **ratios,
+        **net,
+        "criterion": criterion,
+        "limit": RSS_RATIO_MAX,
+    }
+    detail = "" if passed else f"middle range [10, 20): {criterion} {value:.1%}, over {RSS_RATIO_MAX:.0%}"
     return Check("ownership", "peak-rss-10-layers/smollm2", REAL_MODEL, passed, figures, detail)
 
 
