@@ -24,6 +24,7 @@ class Inventory:
     path: Path
     arch: str
     n_layer: int
+    n_embd: int
     tensors: dict[str, int]  # name -> bytes
 
     @property
@@ -64,8 +65,17 @@ def read(path: Path) -> Inventory:
     block_count = reader.get_field(f"{arch}.block_count")
     if block_count is None:
         raise ValueError(f"{path}: no {arch}.block_count")
+    embedding_length = reader.get_field(f"{arch}.embedding_length")
+    if embedding_length is None:
+        raise ValueError(f"{path}: no {arch}.embedding_length")
     tensors = {t.name: int(t.n_bytes) for t in reader.tensors}
-    return Inventory(path=path, arch=str(arch), n_layer=int(block_count.contents()), tensors=tensors)
+    return Inventory(
+        path=path,
+        arch=str(arch),
+        n_layer=int(block_count.contents()),
+        n_embd=int(embedding_length.contents()),
+        tensors=tensors,
+    )
 
 
 def split(n_layer: int, k: int) -> list[tuple[int, int]]:

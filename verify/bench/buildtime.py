@@ -1,0 +1,147 @@
+"""What the manager costs on top of cmake + ninja: no-op, one patch edited, cold."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from builder import build, gitops, locks, proc
+from builder.cmake import Toolchain
+from builder.errors import BuildError
+from builder.paths import Context
+
+
+def _time(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure(ctx: Context, quick: bool) -> dict[str, Any]:
+    """dgr build vs plain cmake + ninja of the same targets, in the same run."""
+    out: dict[str, Any] = {}
+    manifest = build.run(ctx, build.Request()).manifest
+    env = {**os.environ, "DGR_REPO": str(ctx.repo.root), "DGR_CACHE_DIR": str(ctx.cache.root)}
+    # the command as a user runs it: a new process that checks the digests and finds the build published
+    out["noop_dgr_s"] = _time(lambda: proc.run([sys.executable, "-m", "builder.cli", "build"], env=env))
+    build_dir = Path(manifest["build"]["build_dir"])
+    toolchain = Toolchain.find(locks.load_toolchain(ctx.repo.locks_dir))
+    targets = manifest["build"]["targets"]
+    out["noop_ninja_s"] = _time(lambda: proc.run([toolchain.ninja, "-C", build_dir, *targets]))
+    out["noop_ratio"] = out["noop_dgr_s"] / max(out["noop_ninja_s"], 1e-9)
+    if quick:
+        return out
+    out.update(edit_rebuild(ctx, toolchain, build_dir, targets))
+    # cold: dgr build --upstream-only in a fresh cache vs cmake + ninja of the same source and options
+    with tempfile.TemporaryDirectory(prefix="dgr-bench-") as tmp:
+        env = {**os.environ, "DGR_CACHE_DIR": str(Path(tmp) / "cache")}
+        for name in ("downloads", "upstream"):
+            src = ctx.cache.root / name
+            if src.is_dir():
+                shutil.copytree(src, Path(tmp) / "cache" / name, symlinks=True)
+        start = time.perf_counter()
+        proc.run(
+            [sys.executable, "-m", "builder.cli", "build", "--upstream-only"],
+            env=env,
+            error=BuildError,
+            what="cold dgr build failed",
+            timeout=3600,
+        )
+        out["cold_dgr_s"] = time.perf_counter() - start
+        baseline = json.loads(
+            proc.run(
+                [sys.executable, "-m", "builder.cli", "build", "--upstream-only", "--json"], env=env
+            ).stdout
+        )
+        src = Path(baseline["build"]["source_dir"])
+        plain = Path(tmp) / "plain"
+        defs = [f"-D{k}={v}" for k, v in baseline["cmake_options"].items() if "{" not in v]
+        start = time.perf_counter()
+        proc.run(
+            [
+                toolchain.cmake,
+                "-S",
+                src,
+                "-B",
+                plain,
+                "-G",
+                "Ninja",
+                "-DCMAKE_BUILD_TYPE=Release",
+                f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja}",
+                *defs,
+            ],
+            error=BuildError,
+            what="plain cmake failed",
+        )
+        proc.run(
+            [toolchain.ninja, "-C", plain, *baseline["build"]["targets"]],
+            error=BuildError,
+            what="plain ninja failed",
+            timeout=3600,
+        )
+        out["cold_plain_s"] = time.perf_counter() - start
+        out["cold_ratio"] = out["cold_dgr_s"] / out["cold_plain_s"]
+        out["cold_note"] = (
+            "dgr builds the worker too (a separate CMake project); the plain build does llama + ggml only"
+        )
+    return out
+
+
+# an added line of boundary-tensors.patch (in src/llama-context.cpp) and the edit made to it
+EDIT_PATCH = "boundary-tensors.patch"
+EDIT_FROM = (
+    "+    // a partial model without the output layer outputs the input of the layer that follows its range"
+)
+EDIT_TO = (
+    "+    // a partial model without the output layer returns the input of the layer that follows its range"
+)
+
+
+def edit_rebuild(ctx: Context, toolchain: Toolchain, build_dir: Path, targets: list[str]) -> dict[str, Any]:
+    """A comment edited in one patch: `dgr build` of a copy of the repository (sharing the cache, so the work
+    tree is incremental), then plain ninja for the same change back in the same work tree."""
+    with tempfile.TemporaryDirectory(prefix="dgr-bench-repo-") as tmp:
+        copy = Path(tmp)
+        shutil.copy(ctx.repo.root / "pyproject.toml", copy)
+        for name in ("series", "patches", "locks"):
+            shutil.copytree(ctx.repo.root / name, copy / name)
+        shutil.copytree(ctx.repo.worker_dir, copy / "verify" / "worker")
+        patch = copy / "patches" / EDIT_PATCH
+        text = patch.read_text()
+        if EDIT_FROM not in text:
+            return {"edit_note": f"{EDIT_PATCH} no longer has the line the benchmark edits"}
+        patch.write_text(text.replace(EDIT_FROM, EDIT_TO, 1))
+        env = {**os.environ, "DGR_REPO": str(copy), "DGR_CACHE_DIR": str(ctx.cache.root)}
+        proc.run([sys.executable, "-m", "builder.cli", "manifest"], env=env)
+        start = time.perf_counter()
+        edited = proc.run(
+            [sys.executable, "-m", "builder.cli", "build", "--json"],
+            env=env,
+            error=BuildError,
+            what="dgr build of the edited series failed",
+            timeout=3600,
+        )
+        dgr_s = time.perf_counter() - start
+        # the edited series is not the user's: its published build goes again
+        shutil.rmtree(json.loads(edited.stdout)["path"], ignore_errors=True)
+    # the work tree now holds the edited file: put the original back and let ninja rebuild the same files
+    manifest = build.run(ctx, build.Request()).manifest
+    src = Path(manifest["build"]["source_dir"])
+    gitops.git(["checkout", "--quiet", "--force", "--detach", manifest["patched"]["commit"]], cwd=src)
+    start = time.perf_counter()
+    proc.run(
+        [toolchain.ninja, "-C", build_dir, *targets], error=BuildError, what="ninja failed", timeout=3600
+    )
+    ninja_s = time.perf_counter() - start
+    return {
+        "edit_dgr_s": dgr_s,
+        "edit_ninja_s": ninja_s,
+        "edit_ratio": dgr_s / ninja_s,
+        "edit": f"{EDIT_PATCH}: one comment line of src/llama-context.cpp",
+    }
