@@ -98,3 +98,9 @@ def test_a_sanitized_build_has_its_own_digest_and_flags(repo: Path) -> None:
     opts = asan.inputs["cmake_options"]
     assert opts["LLAMA_SANITIZE_ADDRESS"] == opts["GGML_SANITIZE_UNDEFINED"] == "ON"
     assert "LLAMA_SANITIZE_ADDRESS" not in plain.inputs["cmake_options"]
+    # instrumented code compiles at -O1 (llama.cpp and the worker); a normal build keeps its own flags
+    assert opts["CMAKE_CXX_FLAGS_RELEASE"] == opts["CMAKE_C_FLAGS_RELEASE"] == "-O1 -DNDEBUG"
+    assert "CMAKE_CXX_FLAGS_RELEASE" not in plain.inputs["cmake_options"]
+    worker = build.worker_definitions(asan.toolchain_lock, ("address", "undefined"))
+    assert worker["CMAKE_CXX_FLAGS_RELEASE"] == "-O1 -DNDEBUG"
+    assert "-fsanitize=address,undefined" in worker["CMAKE_CXX_FLAGS"]
