@@ -19,7 +19,12 @@ RESULT = {
         {
             "shards": k,
             "prefill": [{"tokens": 64, "ratio": 0.9}],
-            "decode": {"ratio": 0.88 if k == 5 else 0.95},
+            "decode": {
+                "ratio": 0.88 if k == 5 else 0.95,
+                "whole_step_ms": 7.5,
+                "shard_step_ms": [8.0 / k] * k,
+                "round_trip_ms": 0.02,
+            },
         }
         for k in (2, 3, 5)
     ],
@@ -58,3 +63,4 @@ def test_report_lists_every_measurement() -> None:
     assert "| 5 | 64: 0.990, 512: 0.980 | 0.975 | 64: 0.900 | 0.880 |" in text
     assert "codec: C++ 5.00 GB/s vs memcpy 8.00 (0.62x)" in text
     assert "workers_decode MISSED" in text
+    assert "- 5: 7.50 | 1.60 + 1.60 + 1.60 + 1.60 + 1.60 | 0.020" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ class StepResult:
     argmax: list[int]
     logits: np.ndarray  # [n_outputs, n_vocab] float32
     evicted: list[list[str]]  # per shard
+    seconds: list[float]  # per shard: request sent to reply read
 
 
 def parse_split(text: str, n_layer: int | None = None) -> list[tuple[int, int]]:
@@ -122,6 +124,7 @@ class Pipeline:
         """Run `tokens` (at positions pos...) through every shard; WorkerError on a refusal (a cache miss)."""
         body = b""
         evicted: list[list[str]] = []
+        seconds: list[float] = []
         rep = None
         for i in range(len(self.workers)):
             fields: dict[str, Any] = {
@@ -133,7 +136,9 @@ class Pipeline:
             }
             if i == 0:
                 fields["tokens"] = tokens
+            start = time.perf_counter()
             rep = self._call(i, "decode", body, **fields)
+            seconds.append(time.perf_counter() - start)
             evicted.append(list(rep.header.get("evicted", [])))
             body = rep.body
         assert rep is not None
@@ -143,7 +148,7 @@ class Pipeline:
             if rep.body
             else np.zeros((0, n_vocab), "<f4")
         )
-        return StepResult(list(rep.header["argmax"]), arr, evicted)
+        return StepResult(list(rep.header["argmax"]), arr, evicted, seconds)
 
     def generate(
         self, session: str, epoch: int, prompt: list[int], n: int, stop: set[int] | None = None

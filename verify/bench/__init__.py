@@ -135,6 +135,13 @@ def report_text(r: dict[str, Any]) -> str:
             f"| {ip['shards']} | {pf} | {ip['decode']['ratio']:.3f} | {wpf} | {wk['decode']['ratio']:.3f} |"
         )
     lines.append("")
+    lines.append("worker processes, ms per decoded token (whole | each shard | a request doing no work)")
+    for wk in r["workers"]:
+        d = wk["decode"]
+        if "shard_step_ms" in d:
+            shards = " + ".join(f"{ms:.2f}" for ms in d["shard_step_ms"])
+            lines.append(f"- {wk['shards']}: {d['whole_step_ms']:.2f} | {shards} | {d['round_trip_ms']:.3f}")
+    lines.append("")
     lines.append("memory per range (mmap off)")
     lines.append("| layers | owned | model bytes | KV bytes | peak RSS | RSS fraction |")
     lines.append("| --- | --- | --- | --- | --- | --- |")

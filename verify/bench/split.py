@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -61,13 +62,28 @@ def _prefill_s(pipe: Pipeline, tokens: list[int], session: str) -> float:
     return time.perf_counter() - start
 
 
-def _decode_s(pipe: Pipeline, prompt: list[int], n: int, session: str) -> tuple[float, list[int]]:
-    """Seconds for n greedy single-token steps after the prompt, and the tokens."""
+def _decode_s(
+    pipe: Pipeline, prompt: list[int], n: int, session: str
+) -> tuple[float, list[int], list[float]]:
+    """Seconds for n greedy single-token steps after the prompt, the tokens, and each shard's seconds."""
     tokens = [pipe.step(session, 1, 0, prompt).argmax[-1]]
+    per_shard = [0.0] * len(pipe.workers)
     start = time.perf_counter()
     for j in range(n):
-        tokens.append(pipe.step(session, 1, len(prompt) + j, [tokens[-1]]).argmax[-1])
-    return time.perf_counter() - start, tokens
+        res = pipe.step(session, 1, len(prompt) + j, [tokens[-1]])
+        tokens.append(res.argmax[-1])
+        per_shard = [a + b for a, b in zip(per_shard, res.seconds, strict=True)]
+    return time.perf_counter() - start, tokens, per_shard
+
+
+def _round_trip_ms(pipe: Pipeline, n: int) -> float:
+    """Median milliseconds of a request that does no work (`sessions`), supervisor to worker and back."""
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        pipe.workers[-1].request("sessions")
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
 
 
 def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: int) -> list[dict[str, Any]]:
@@ -98,10 +114,13 @@ def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: 
                         }
                     )
                 best = [float("inf"), float("inf")]
+                step_ms: list[list[float]] = [[], []]
                 same = True
                 for r in range(reps):
                     runs = [_decode_s(pipe, text_tokens[:16], n_decode, f"d{r}") for pipe in (whole, split)]
-                    best = [min(b, t) for b, (t, _) in zip(best, runs, strict=True)]
+                    for i, (t, _, shards) in enumerate(runs):
+                        if t < best[i]:
+                            best[i], step_ms[i] = t, [s * 1e3 / n_decode for s in shards]
                     same = same and runs[0][1] == runs[1][1]
                 row["decode"] = {
                     "tokens": n_decode,
@@ -109,6 +128,11 @@ def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: 
                     "split_tps": n_decode / best[1],
                     "ratio": best[0] / best[1],
                     "same_tokens": same,
+                    # where a decode step's time goes: each worker's request (sent to reply read), and a
+                    # request that does no work (the transport and the supervisor alone)
+                    "whole_step_ms": step_ms[0][0],
+                    "shard_step_ms": step_ms[1],
+                    "round_trip_ms": _round_trip_ms(split, 20 if quick else 200),
                 }
                 out.append(row)
     return out
