@@ -17,6 +17,9 @@ from verify.client import OMP_ENV
 from verify.pipeline import Pipeline
 
 SPLITS = (2, 3, 5)
+# a full run: the best of REPS interleaved repetitions, DECODE greedy tokens each (--quick: 1 and 8)
+REPS = 9
+DECODE = 64
 
 
 def run_json(cmd: list[str | Path], env: dict[str, str]) -> Any:
@@ -45,9 +48,9 @@ def in_process(
                 "--prefill",
                 "64" if quick else "64,512",
                 "--decode",
-                "8" if quick else "32",
+                "8" if quick else str(DECODE),
                 "--reps",
-                "1" if quick else "5",
+                "1" if quick else str(REPS),
             ],
             env,
         )
@@ -88,8 +91,8 @@ def _round_trip_ms(pipe: Pipeline, n: int) -> float:
 
 def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: int) -> list[dict[str, Any]]:
     """(b) one worker process per range, bundles over pipes."""
-    reps = 1 if quick else 5
-    n_decode = 8 if quick else 32
+    reps = 1 if quick else REPS
+    n_decode = 8 if quick else DECODE
     prefills = (64,) if quick else (64, 512)
     out = []
     # one session at a time, with the whole context: room for the 512-token prefill
