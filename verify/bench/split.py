@@ -17,9 +17,11 @@ from verify.client import OMP_ENV
 from verify.pipeline import Pipeline
 
 SPLITS = (2, 3, 5)
-# a full run: the best of REPS interleaved repetitions, DECODE greedy tokens each (--quick: 1 and 8)
-REPS = 9
-DECODE = 64
+
+
+def _plan(quick: bool) -> tuple[tuple[int, ...], int, int]:
+    """Prefill lengths, greedy decode tokens and interleaved repetitions, the same for (a) and (b)."""
+    return ((64,), 8, 1) if quick else ((64, 512), 64, 9)
 
 
 def run_json(cmd: list[str | Path], env: dict[str, str]) -> Any:
@@ -31,6 +33,7 @@ def in_process(
     bin_dir: Path, model_path: Path, n_layer: int, quick: bool, threads: int
 ) -> list[dict[str, Any]]:
     """(a) all ranges in one process."""
+    prefills, n_decode, reps = _plan(quick)
     out = []
     env = {**OMP_ENV, **os.environ}
     for k in SPLITS:
@@ -46,11 +49,11 @@ def in_process(
                 "--threads",
                 str(threads),
                 "--prefill",
-                "64" if quick else "64,512",
+                ",".join(map(str, prefills)),
                 "--decode",
-                "8" if quick else str(DECODE),
+                str(n_decode),
                 "--reps",
-                "1" if quick else str(REPS),
+                str(reps),
             ],
             env,
         )
@@ -91,9 +94,7 @@ def _round_trip_ms(pipe: Pipeline, n: int) -> float:
 
 def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: int) -> list[dict[str, Any]]:
     """(b) one worker process per range, bundles over pipes."""
-    reps = 1 if quick else REPS
-    n_decode = 8 if quick else DECODE
-    prefills = (64,) if quick else (64, 512)
+    prefills, n_decode, reps = _plan(quick)
     out = []
     # one session at a time, with the whole context: room for the 512-token prefill
     opts = {"threads": threads, "n_ctx": 1024, "max_sessions": 1}
