@@ -8,10 +8,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import gitops, log, manifest, patchfile
-from builder.errors import ApplyError
-from builder.gitops import Identity
-from builder.paths import Repo
+from dgr import gitops, log, manifest, patchfile
+from dgr.errors import ApplyError
+from dgr.gitops import Identity
+from dgr.paths import Repo
 
 EDIT_HINT = (
     "run `dgr edit`, repair the commit of this patch there (`git am --3way` / rebase), "

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder import apply, gitops, locks, log, patchfile
-from builder.buildcache import BuildStore
-from builder.cmake import CMakeProject, Compiler, Toolchain, compiler_at
-from builder.digest import sha256_canonical, sha256_file
-from builder.errors import BuildError, UsageError
-from builder.paths import Context
-from builder.upstream import obtain, select
+from dgr import apply, gitops, locks, log, patchfile
+from dgr.buildcache import BuildStore
+from dgr.cmake import CMakeProject, Compiler, Toolchain, compiler_at
+from dgr.digest import sha256_canonical, sha256_file
+from dgr.errors import BuildError, UsageError
+from dgr.paths import Context
+from dgr.upstream import obtain, select
 
 INPUTS_FORMAT = 1
 _BUILD_AND_TEST = re.compile(r"llama_build_and_test\s*\(([^)]*)\)")

@@ -17,10 +17,10 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from builder import log
-from builder.digest import sha256_file
-from builder.locks import write_toml
-from builder.paths import Cache
+from dgr import log
+from dgr.digest import sha256_file
+from dgr.locks import write_toml
+from dgr.paths import Cache
 
 MANIFEST = "manifest.toml"
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from builder import log
-from builder.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError
+from dgr import log
+from dgr.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError
 
 EPILOG = "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
 
@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.set_verbose(args.verbose)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        module = importlib.import_module(f"builder.commands.{args.module}")
+        module = importlib.import_module(f"dgr.commands.{args.module}")
         code: int = module.run(args)
         return code
     except DgrError as exc:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder import log, proc
-from builder.errors import BuildError, ConfigError
-from builder.locks import ToolchainLock
+from dgr import log, proc
+from dgr.errors import BuildError, ConfigError
+from dgr.locks import ToolchainLock
 
 _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 

@@ -19,11 +19,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import apply, gitops, log, manifest, patchfile, series
-from builder.digest import sha256_bytes
-from builder.errors import ApplyError, UsageError
-from builder.locks import PatchManifest, write_all_atomic
-from builder.paths import Repo
+from dgr import apply, gitops, log, manifest, patchfile, series
+from dgr.digest import sha256_bytes
+from dgr.errors import ApplyError, UsageError
+from dgr.locks import PatchManifest, write_all_atomic
+from dgr.paths import Repo
 
 BASE_REF = "refs/patches/upstream-head"
 BRANCH = "patches"

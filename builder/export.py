@@ -26,10 +26,10 @@ from typing import Any
 import jinja2
 from filelock import FileLock
 
-from builder import apisurface, apply, build, gitops, locks, log, package, patchfile, upstream
-from builder.digest import sha256_bytes
-from builder.errors import ApplyError, ConfigError, LintError, UsageError, VerifyError
-from builder.paths import Cache, Context
+from dgr import apisurface, apply, build, gitops, locks, log, package, patchfile, upstream
+from dgr.digest import sha256_bytes
+from dgr.errors import ApplyError, ConfigError, LintError, UsageError, VerifyError
+from dgr.paths import Cache, Context
 
 PACKAGE_DIR = "upstream-package"
 CONFIG_FILE = "package.toml"

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import proc
-from builder.errors import DgrError
-from builder.locks import Pin, ToolchainLock
+from dgr import proc
+from dgr.errors import DgrError
+from dgr.locks import Pin, ToolchainLock
 
 BASE_ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,

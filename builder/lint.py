@@ -7,10 +7,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from builder import manifest, patchfile, series
-from builder.digest import sha256_bytes, sha256_file
-from builder.locks import LOCK_FILES, PatchManifest, load_manifest_file, problems_in
-from builder.paths import Repo
+from dgr import manifest, patchfile, series
+from dgr.digest import sha256_bytes, sha256_file
+from dgr.locks import LOCK_FILES, PatchManifest, load_manifest_file, problems_in
+from dgr.paths import Repo
 
 SUBJECT_MAX = 72
 BODY_MIN_WORDS = 20

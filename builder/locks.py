@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 import tomli_w
 
-from builder.digest import GIT_OID_RE, SHA256_RE
-from builder.errors import ConfigError
+from dgr.digest import GIT_OID_RE, SHA256_RE
+from dgr.errors import ConfigError
 
 VERSION_RE = re.compile(r"^\d+(\.\d+)*([a-z0-9.+-]*)?$")
 SOURCE_KINDS = ("mirror", "pypi-sdist", "git")

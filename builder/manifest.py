@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import tomli_w
 
-from builder import series
-from builder.digest import sha256_bytes, sha256_file
-from builder.errors import ConfigError, IntegrityError
-from builder.locks import PatchManifest, load_manifest_file, write_atomic
-from builder.paths import Repo
+from dgr import series
+from dgr.digest import sha256_bytes, sha256_file
+from dgr.errors import ConfigError, IntegrityError
+from dgr.locks import PatchManifest, load_manifest_file, write_atomic
+from dgr.paths import Repo
 
 REFRESH_HINT = (
     "if the change is intended, run `dgr manifest` (or `dgr export-patches`) and commit the result; "

@@ -6,11 +6,11 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from builder import log, pypi
-from builder.digest import sha256_file
-from builder.errors import IntegrityError
-from builder.locks import ModelLock
-from builder.paths import Cache
+from dgr import log, pypi
+from dgr.digest import sha256_file
+from dgr.errors import IntegrityError
+from dgr.locks import ModelLock
+from dgr.paths import Cache
 
 
 def fetch(cache: Cache, lock: ModelLock) -> Path:

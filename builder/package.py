@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder import gitops
-from builder.errors import ConfigError, DgrError
-from builder.locks import read_toml
+from dgr import gitops
+from dgr.errors import ConfigError, DgrError
+from dgr.locks import read_toml
 
 VERIFY_GROUPS = ("native", "ownership", "boundary", "kv")
 """The groups of `dgr verify` (verify/cli.py GROUPS); a usable report covers all of them."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import platformdirs
 
-from builder.errors import ConfigError
+from dgr.errors import ConfigError
 
 REPO_ENV = "DGR_REPO"
 CACHE_ENV = "DGR_CACHE_DIR"

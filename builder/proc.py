@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from builder import log
-from builder.errors import DgrError
+from dgr import log
+from dgr.errors import DgrError
 
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 _TAIL_LINES = 200

@@ -14,10 +14,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import log, proc
-from builder.digest import sha256_file
-from builder.errors import IntegrityError, NetworkError, UpstreamError
-from builder.paths import Cache
+from dgr import log, proc
+from dgr.digest import sha256_file
+from dgr.errors import IntegrityError, NetworkError, UpstreamError
+from dgr.paths import Cache
 
 _NETWORK_PATTERNS = re.compile(
     r"NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution|"
@@ -87,8 +87,12 @@ def _pip_download(item: Download, dest: Path) -> None:
         "download",
         "--no-deps",
         "--disable-pip-version-check",
-        "--only-binary" if item.binary else "--no-binary",
+        # Never build anything from source to fetch a file: pip prepares an sdist's metadata, which installs
+        # its build requirements (scikit-build-core, CMake, ...). `--no-binary :all:` would compile those
+        # from source too (CMake alone takes 20+ minutes); only the package itself is taken as an sdist.
+        "--only-binary",
         ":all:",
+        *([] if item.binary else ["--no-binary", item.package]),
         "--dest",
         str(dest),
         item.requirement,

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder import apply, gitops, log, patchfile, pypi, upstream
-from builder.errors import UsageError
-from builder.locks import Pin, UpstreamLock
-from builder.paths import Cache
+from dgr import apply, gitops, log, patchfile, pypi, upstream
+from dgr.errors import UsageError
+from dgr.locks import Pin, UpstreamLock
+from dgr.paths import Cache
 
 _PYPI = re.compile(r"^pypi:([A-Za-z0-9._-]+)==([A-Za-z0-9.+!-]+)$")
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from builder import gitops, log, pypi
-from builder.errors import ConfigError, NetworkError, UpstreamError, UsageError
-from builder.locks import Pin, SdistRef, Source, UpstreamLock
-from builder.paths import Cache
+from dgr import gitops, log, pypi
+from dgr.errors import ConfigError, NetworkError, UpstreamError, UsageError
+from dgr.locks import Pin, SdistRef, Source, UpstreamLock
+from dgr.paths import Cache
 
 MIRROR_ENV = "DGR_UPSTREAM_MIRROR"
 VERIFIED_REF = "refs/dgr/upstream"

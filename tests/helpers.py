@@ -61,7 +61,7 @@ def run_dgr(
     """dgr in a subprocess (as users run it), with this checkout importable."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "builder.cli", *args],
+        [sys.executable, "-m", "dgr", *args],
         env=full_env,
         cwd=cwd,
         capture_output=True,
@@ -170,8 +170,8 @@ def make_repo(path: Path, upstream: FakeUpstream, patches: dict[str, str]) -> Pa
 
 
 def write_manifest(repo: Path) -> None:
-    from builder import manifest
-    from builder.paths import Repo
+    from dgr import manifest
+    from dgr.paths import Repo
 
     manifest.write(Repo(repo), manifest.compute(Repo(repo)))
 

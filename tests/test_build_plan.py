@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from builder import build, patchfile
-from builder.cli import main
-from builder.cmake import Compiler, Toolchain
-from builder.paths import Context
+from dgr import build, patchfile
+from dgr.cli import main
+from dgr.cmake import Compiler, Toolchain
+from dgr.paths import Context
 from tests.helpers import FIXTURES, write_manifest
 
 ADDS_TESTS = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001

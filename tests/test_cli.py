@@ -8,9 +8,9 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from builder import errors
-from builder.cli import main
-from builder.paths import find_cache_root, find_repo_root
+from dgr import errors
+from dgr.cli import main
+from dgr.paths import find_cache_root, find_repo_root
 from tests.helpers import ROOT
 
 

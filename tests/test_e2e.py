@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from builder.digest import sha256_file
+from dgr.digest import sha256_file
 from tests.helpers import FIXTURES, ROOT, flip_byte, git, run_dgr, write_manifest
 
 pytestmark = pytest.mark.e2e
@@ -57,7 +57,7 @@ def dgr(repo: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]
 def dgr_popen(repo: Path, cache: Path, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DGR_REPO": str(repo), "DGR_CACHE_DIR": str(cache)}
     return subprocess.Popen(
-        [sys.executable, "-m", "builder.cli", *args],
+        [sys.executable, "-m", "dgr", *args],
         env=env,
         text=True,
         stdout=subprocess.PIPE,

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import tomli_w
 
-from builder import build, package
-from builder.cli import main
-from builder.export import counts_text, fmt, why_paragraphs
-from builder.paths import Context
+from dgr import build, package
+from dgr.cli import main
+from dgr.export import counts_text, fmt, why_paragraphs
+from dgr.paths import Context
 from tests.helpers import (
     GIT_ENV,
     ROOT,
@@ -507,13 +507,13 @@ def test_figures_and_why_are_formatted_deterministically() -> None:
 
 
 def test_the_groups_are_those_of_verify() -> None:
-    from verify import cli
+    from dgr.verify import cli
 
     assert cli.GROUPS == package.VERIFY_GROUPS
 
 
 def test_the_repository_configuration_covers_the_series() -> None:
-    from builder import series
+    from dgr import series
 
     names = series.load(ROOT / "series" / "series").names
     config = package.load_config(ROOT / "upstream-package" / "package.toml", names)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from builder import lint, manifest
-from builder.cli import main
-from builder.digest import sha256_bytes, sha256_file
-from builder.locks import PatchManifest
-from builder.paths import Repo
+from dgr import lint, manifest
+from dgr.cli import main
+from dgr.digest import sha256_bytes, sha256_file
+from dgr.locks import PatchManifest
+from dgr.paths import Repo
 from tests.helpers import WHY, flip_byte, write_manifest
 
 FIRST = "docs-add-a-fixture-page.patch"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from builder import locks
-from builder.errors import ConfigError
+from dgr import locks
+from dgr.errors import ConfigError
 from tests.helpers import ROOT
 
 

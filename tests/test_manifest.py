@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from builder import manifest
-from builder.cli import main
-from builder.digest import sha256_file
-from builder.errors import ConfigError, IntegrityError
-from builder.paths import Repo
+from dgr import manifest
+from dgr.cli import main
+from dgr.digest import sha256_file
+from dgr.errors import ConfigError, IntegrityError
+from dgr.paths import Repo
 from tests.helpers import flip_byte
 
 SECOND = "readme-name-the-cann-vendor.patch"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from builder import patchfile
+from dgr import patchfile
 from tests.helpers import FIXTURES
 
 FROM = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"

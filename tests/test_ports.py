@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from builder import build, manifest
-from builder.cli import main
-from builder.errors import IntegrityError, UsageError
-from builder.paths import Context, Repo
+from dgr import build, manifest
+from dgr.cli import main
+from dgr.errors import IntegrityError, UsageError
+from dgr.paths import Context, Repo
 from tests.helpers import FakeUpstream, flip_byte
 
 PORT = "later-port"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.cli import main
+from dgr.cli import main
 from tests.helpers import FakeUpstream
 
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from builder import series
-from builder.errors import ConfigError
+from dgr import series
+from dgr.errors import ConfigError
 
 
 def test_parse_names_comments_and_header() -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from builder import locks, upstream
-from builder.cli import main
-from builder.digest import sha256_file
-from builder.errors import IntegrityError, NetworkError, UpstreamError
-from builder.locks import Pin, SdistRef, Source
-from builder.paths import Cache
+from dgr import locks, upstream
+from dgr.cli import main
+from dgr.digest import sha256_file
+from dgr.errors import IntegrityError, NetworkError, UpstreamError
+from dgr.locks import Pin, SdistRef, Source
+from dgr.paths import Cache
 from tests.helpers import FakeUpstream, git
 
 BACKEND = """

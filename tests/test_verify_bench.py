@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verify import bench
+from dgr.verify import bench
 
 RESULT = {
     "machine": {"date": "2026-11-30T00:00:00Z", "cpu": "test cpu", "cores": 2},

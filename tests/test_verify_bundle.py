@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verify import bundle
-from verify.bundle import BundleError
+from dgr.verify import bundle
+from dgr.verify.bundle import BundleError
 
 META = {
     "model": "0123456789abcdef",

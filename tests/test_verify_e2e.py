@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import ROOT, run_dgr
-from verify import bundle, frames
-from verify.client import Worker, WorkerError
+from dgr.verify import bundle, frames
+from dgr.verify.client import Worker, WorkerError
 
 pytestmark = pytest.mark.e2e
 

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from verify import frames
-from verify.frames import Assembler, FrameError
+from dgr.verify import frames
+from dgr.verify.frames import Assembler, FrameError
 
 
 def read_all(data: bytes) -> list[frames.Frame]:

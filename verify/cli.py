@@ -12,15 +12,15 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from builder import build, locks, log, model
-from builder.cmake import Toolchain
-from builder.errors import UsageError, VerifyError
-from builder.locks import write_atomic
-from builder.paths import Context
-from verify import native
-from verify.checks import boundary, kv, ownership
-from verify.env import Env
-from verify.report import Check, table
+from dgr import build, locks, log, model
+from dgr.cmake import Toolchain
+from dgr.errors import UsageError, VerifyError
+from dgr.locks import write_atomic
+from dgr.paths import Context
+from dgr.verify import native
+from dgr.verify.checks import boundary, kv, ownership
+from dgr.verify.env import Env
+from dgr.verify.report import Check, table
 
 GROUPS = ("native", "ownership", "boundary", "kv")
 REPORT_FORMAT = 1

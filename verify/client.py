@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from builder import proc
-from verify import frames
+from dgr import proc
+from dgr.verify import frames
 
 # OpenMP threads spin for a short while at a barrier, then sleep: spinning keeps a graph's many barriers
 # fast (3x the decode speed of sleeping at once, on 2 cores), sleeping soon lets the other workers of a

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from verify import synth
-from verify.report import REAL_MODEL, SYNTHETIC
+from dgr.verify import synth
+from dgr.verify.report import REAL_MODEL, SYNTHETIC
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ import sys
 import time
 from typing import Any
 
-from builder import build, locks, model
-from builder.errors import UsageError
-from builder.paths import Context
-from verify import inventory
-from verify.pipeline import Pipeline, parse_split
+from dgr import build, locks, model
+from dgr.errors import UsageError
+from dgr.paths import Context
+from dgr.verify import inventory
+from dgr.verify.pipeline import Pipeline, parse_split
 
 
 def _run(pipe: Pipeline, tokens: list[int], n: int, stop: set[int]) -> tuple[list[int], float]:

@@ -6,9 +6,9 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from builder import proc
-from builder.errors import DgrError
-from verify.report import NATIVE, Check
+from dgr import proc
+from dgr.errors import DgrError
+from dgr.verify.report import NATIVE, Check
 
 
 def run(ctest: Path, build_dir: Path) -> list[Check]:

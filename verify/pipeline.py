@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.client import Worker, WorkerDied, WorkerError
+from dgr.verify.client import Worker, WorkerDied, WorkerError
 
 
 class ShardFailed(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from verify import bench
+from dgr.verify import bench
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from builder import build
-from builder.errors import EXIT_OK
-from builder.paths import Context
+from dgr import build
+from dgr.errors import EXIT_OK
+from dgr.paths import Context
 
 
 def run(args: argparse.Namespace) -> int:

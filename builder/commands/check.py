@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from builder import lint
-from builder.errors import EXIT_OK, LintError
-from builder.paths import Context
+from dgr import lint
+from dgr.errors import EXIT_OK, LintError
+from dgr.paths import Context
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from builder import apply, editing, gitops, locks, log, rebase, upstream
-from builder.errors import EXIT_OK, ApplyError
-from builder.paths import Context
+from dgr import apply, editing, gitops, locks, log, rebase, upstream
+from dgr.errors import EXIT_OK, ApplyError
+from dgr.paths import Context
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from builder import editing, gitops, locks, log
-from builder.errors import EXIT_OK, LintError, UsageError
-from builder.paths import Context
+from dgr import editing, gitops, locks, log
+from dgr.errors import EXIT_OK, LintError, UsageError
+from dgr.paths import Context
 
 
 def run(args: argparse.Namespace) -> int:

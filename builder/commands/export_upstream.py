@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from builder import export, log
-from builder.errors import EXIT_OK
-from builder.paths import Context
+from dgr import export, log
+from dgr.errors import EXIT_OK
+from dgr.paths import Context
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from builder import locks, model, upstream
-from builder.errors import EXIT_OK
-from builder.paths import Context
+from dgr import locks, model, upstream
+from dgr.errors import EXIT_OK
+from dgr.paths import Context
 
 
 def run(args: argparse.Namespace) -> int:

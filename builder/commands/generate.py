@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from verify import generate
+from dgr.verify import generate
 
 
 def run(args: argparse.Namespace) -> int:

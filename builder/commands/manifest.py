@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from builder import log, manifest
-from builder.errors import EXIT_OK
-from builder.paths import Context
+from dgr import log, manifest
+from dgr.errors import EXIT_OK
+from dgr.paths import Context
 
 
 def run(args: argparse.Namespace) -> int:

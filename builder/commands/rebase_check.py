@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from builder import apply, gitops, locks, log, rebase, upstream
-from builder.errors import EXIT_OK, ApplyError
-from builder.paths import Context
+from dgr import apply, gitops, locks, log, rebase, upstream
+from dgr.errors import EXIT_OK, ApplyError
+from dgr.paths import Context
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from verify import cli
+from dgr.verify import cli
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,12 +23,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from builder import build, locks, log, model
-from builder.errors import DgrError
-from builder.locks import write_atomic
-from builder.paths import Context
-from verify import inventory
-from verify.bench import buildtime, codec, fuzz, memory, split
+from dgr import build, locks, log, model
+from dgr.errors import DgrError
+from dgr.locks import write_atomic
+from dgr.paths import Context
+from dgr.verify import inventory
+from dgr.verify.bench import buildtime, codec, fuzz, memory, split
 
 BENCH_FORMAT = 1
 TARGETS = {"in_process_prefill": 0.97, "in_process_decode": 0.97, "workers_decode": 0.90, "codec": 0.5}

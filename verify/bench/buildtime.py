@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from builder import build, gitops, locks, proc
-from builder.cmake import Toolchain
-from builder.errors import BuildError
-from builder.paths import Context
+from dgr import build, gitops, locks, proc
+from dgr.cmake import Toolchain
+from dgr.errors import BuildError
+from dgr.paths import Context
 
 
 def _time(fn: Any) -> float:
@@ -29,7 +29,7 @@ def measure(ctx: Context, quick: bool) -> dict[str, Any]:
     manifest = build.run(ctx, build.Request()).manifest
     env = {**os.environ, "DGR_REPO": str(ctx.repo.root), "DGR_CACHE_DIR": str(ctx.cache.root)}
     # the command as a user runs it: a new process that checks the digests and finds the build published
-    out["noop_dgr_s"] = _time(lambda: proc.run([sys.executable, "-m", "builder.cli", "build"], env=env))
+    out["noop_dgr_s"] = _time(lambda: proc.run([sys.executable, "-m", "dgr", "build"], env=env))
     build_dir = Path(manifest["build"]["build_dir"])
     toolchain = Toolchain.find(locks.load_toolchain(ctx.repo.locks_dir))
     targets = manifest["build"]["targets"]
@@ -47,7 +47,7 @@ def measure(ctx: Context, quick: bool) -> dict[str, Any]:
                 shutil.copytree(src, Path(tmp) / "cache" / name, symlinks=True)
         start = time.perf_counter()
         proc.run(
-            [sys.executable, "-m", "builder.cli", "build", "--upstream-only"],
+            [sys.executable, "-m", "dgr", "build", "--upstream-only"],
             env=env,
             error=BuildError,
             what="cold dgr build failed",
@@ -56,7 +56,7 @@ def measure(ctx: Context, quick: bool) -> dict[str, Any]:
         out["cold_dgr_s"] = time.perf_counter() - start
         baseline = json.loads(
             proc.run(
-                [sys.executable, "-m", "builder.cli", "build", "--upstream-only", "--json"], env=env
+                [sys.executable, "-m", "dgr", "build", "--upstream-only", "--json"], env=env
             ).stdout
         )
         src = Path(baseline["build"]["source_dir"])
@@ -118,10 +118,10 @@ def edit_rebuild(ctx: Context, toolchain: Toolchain, build_dir: Path, targets: l
             return {"edit_note": f"{EDIT_PATCH} no longer has the line the benchmark edits"}
         patch.write_text(text.replace(EDIT_FROM, EDIT_TO, 1))
         env = {**os.environ, "DGR_REPO": str(copy), "DGR_CACHE_DIR": str(ctx.cache.root)}
-        proc.run([sys.executable, "-m", "builder.cli", "manifest"], env=env)
+        proc.run([sys.executable, "-m", "dgr", "manifest"], env=env)
         start = time.perf_counter()
         edited = proc.run(
-            [sys.executable, "-m", "builder.cli", "build", "--json"],
+            [sys.executable, "-m", "dgr", "build", "--json"],
             env=env,
             error=BuildError,
             what="dgr build of the edited series failed",

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from verify import bundle
-from verify.bench.split import run_json
+from dgr.verify import bundle
+from dgr.verify.bench.split import run_json
 
 
 def measure(bin_dir: Path, quick: bool) -> dict[str, Any]:

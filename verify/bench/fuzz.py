@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from builder import proc
-from builder.errors import BuildError
-from builder.paths import Context
-from verify import bundle, frames
+from dgr import proc
+from dgr.errors import BuildError
+from dgr.paths import Context
+from dgr.verify import bundle, frames
 
 
 def run(ctx: Context, source_dir: Path, runs: int) -> dict[str, Any]:

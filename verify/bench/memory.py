@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from builder import log
-from verify import inventory, prompts
-from verify.client import Worker
+from dgr import log
+from dgr.verify import inventory, prompts
+from dgr.verify.client import Worker
 
 
 def measure(worker: Path, model_path: Path, inv: inventory.Inventory, quick: bool) -> list[dict[str, Any]]:

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from builder import proc
-from builder.errors import BuildError
-from verify import inventory, prompts
-from verify.client import OMP_ENV
-from verify.pipeline import Pipeline
+from dgr import proc
+from dgr.errors import BuildError
+from dgr.verify import inventory, prompts
+from dgr.verify.client import OMP_ENV
+from dgr.verify.pipeline import Pipeline
 
 SPLITS = (2, 3, 5)
 

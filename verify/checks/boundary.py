@@ -6,11 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from verify import bundle, inventory, prompts, synth
-from verify.client import Worker, WorkerError
-from verify.env import Env
-from verify.pipeline import Pipeline
-from verify.report import REAL_MODEL, Check, guarded, matching_prefix
+from dgr.verify import bundle, inventory, prompts, synth
+from dgr.verify.client import Worker, WorkerError
+from dgr.verify.env import Env
+from dgr.verify.pipeline import Pipeline
+from dgr.verify.report import REAL_MODEL, Check, guarded, matching_prefix
 
 SPLITS = (2, 3, 5, 30)
 PREFILL_TOKENS = 64

@@ -8,11 +8,11 @@ import time
 
 import numpy as np
 
-from verify import prompts
-from verify.client import WorkerError
-from verify.env import Env
-from verify.pipeline import Pipeline, ShardFailed
-from verify.report import REAL_MODEL, Check, guarded, matching_prefix
+from dgr.verify import prompts
+from dgr.verify.client import WorkerError
+from dgr.verify.env import Env
+from dgr.verify.pipeline import Pipeline, ShardFailed
+from dgr.verify.report import REAL_MODEL, Check, guarded, matching_prefix
 
 THREE = [(0, 10), (10, 20), (20, 30)]
 GEN_TOKENS = 64

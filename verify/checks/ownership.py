@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from verify import inventory, synth
-from verify.client import Worker, WorkerError
-from verify.env import Env
-from verify.report import REAL_MODEL, SYNTHETIC, Check, guarded
+from dgr.verify import inventory, synth
+from dgr.verify.client import Worker, WorkerError
+from dgr.verify.env import Env
+from dgr.verify.report import REAL_MODEL, SYNTHETIC, Check, guarded
 
 SPLITS = (1, 2, 3, 5, 30)
 # the largest deviation allowed between the model buffers a shard allocates and the bytes of its tensors
