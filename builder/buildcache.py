@@ -15,12 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from dgr import log
 from dgr.digest import sha256_file
 from dgr.locks import write_toml
 from dgr.paths import Cache
+from filelock import FileLock, Timeout
 
 MANIFEST = "manifest.toml"
 

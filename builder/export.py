@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from filelock import FileLock
-
 from dgr import apisurface, apply, build, gitops, locks, log, package, patchfile, upstream
 from dgr.digest import sha256_bytes
 from dgr.errors import ApplyError, ConfigError, LintError, UsageError, VerifyError
 from dgr.paths import Cache, Context
+from filelock import FileLock
 
 PACKAGE_DIR = "upstream-package"
 CONFIG_FILE = "package.toml"

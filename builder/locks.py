@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import tomli_w
-
 from dgr.digest import GIT_OID_RE, SHA256_RE
 from dgr.errors import ConfigError
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tomli_w
-
 from dgr import series
 from dgr.digest import sha256_bytes, sha256_file
 from dgr.errors import ConfigError, IntegrityError

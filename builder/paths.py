@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
-
 from dgr.errors import ConfigError
 
 REPO_ENV = "DGR_REPO"

@@ -16,12 +16,11 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
 from dgr import gitops, log, pypi
 from dgr.errors import ConfigError, NetworkError, UpstreamError, UsageError
 from dgr.locks import Pin, SdistRef, Source, UpstreamLock
 from dgr.paths import Cache
+from filelock import FileLock
 
 MIRROR_ENV = "DGR_UPSTREAM_MIRROR"
 VERIFIED_REF = "refs/dgr/upstream"

@@ -6,11 +6,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from dgr import build, patchfile
 from dgr.cli import main
 from dgr.cmake import Compiler, Toolchain
 from dgr.paths import Context
+
 from tests.helpers import FIXTURES, write_manifest
 
 ADDS_TESTS = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import platformdirs
 import pytest
-
 from dgr import errors
 from dgr.cli import main
 from dgr.paths import find_cache_root, find_repo_root
+
 from tests.helpers import ROOT
 
 

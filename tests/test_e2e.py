@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from dgr.digest import sha256_file
+
 from tests.helpers import FIXTURES, ROOT, flip_byte, git, run_dgr, write_manifest
 
 pytestmark = pytest.mark.e2e

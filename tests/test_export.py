@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-
 from dgr.cli import main
+
 from tests.helpers import FakeUpstream, commit_all, git, message
 
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 import tomli_w
-
 from dgr import build, package
 from dgr.cli import main
 from dgr.export import counts_text, fmt, why_paragraphs
 from dgr.paths import Context
+
 from tests.helpers import (
     GIT_ENV,
     ROOT,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-
 from dgr import locks
 from dgr.errors import ConfigError
+
 from tests.helpers import ROOT
 
 

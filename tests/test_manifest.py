@@ -6,12 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
-
 from dgr import manifest
 from dgr.cli import main
 from dgr.digest import sha256_file
 from dgr.errors import ConfigError, IntegrityError
 from dgr.paths import Repo
+
 from tests.helpers import flip_byte
 
 SECOND = "readme-name-the-cann-vendor.patch"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from dgr import patchfile
+
 from tests.helpers import FIXTURES
 
 FROM = "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"

@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from dgr import build, manifest
 from dgr.cli import main
 from dgr.errors import IntegrityError, UsageError
 from dgr.paths import Context, Repo
+
 from tests.helpers import FakeUpstream, flip_byte
 
 PORT = "later-port"

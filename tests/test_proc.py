@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from dgr.errors import BuildError
 from dgr.proc import run
 from dgr.proc import stream as real_stream  # bound before the autouse fixture blocks builds

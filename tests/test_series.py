@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
 from dgr import series
 from dgr.errors import ConfigError
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def test_parse_names_comments_and_header() -> None:

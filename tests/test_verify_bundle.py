@@ -8,11 +8,10 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from dgr.verify import bundle
 from dgr.verify.bundle import BundleError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 META = {
     "model": "0123456789abcdef",

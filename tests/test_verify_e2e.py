@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.helpers import ROOT, run_dgr
 from dgr.verify import bundle, frames
 from dgr.verify.client import Worker, WorkerError
+
+from tests.helpers import ROOT, run_dgr
 
 pytestmark = pytest.mark.e2e
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 
 import pytest
-
 from dgr.verify import frames
 from dgr.verify.frames import Assembler, FrameError
 

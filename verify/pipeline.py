@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from dgr.verify.client import Worker, WorkerDied, WorkerError
 
 

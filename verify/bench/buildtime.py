@@ -55,9 +55,7 @@ def measure(ctx: Context, quick: bool) -> dict[str, Any]:
         )
         out["cold_dgr_s"] = time.perf_counter() - start
         baseline = json.loads(
-            proc.run(
-                [sys.executable, "-m", "dgr", "build", "--upstream-only", "--json"], env=env
-            ).stdout
+            proc.run([sys.executable, "-m", "dgr", "build", "--upstream-only", "--json"], env=env).stdout
         )
         src = Path(baseline["build"]["source_dir"])
         plain = Path(tmp) / "plain"

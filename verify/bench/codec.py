@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from dgr.verify import bundle
 from dgr.verify.bench.split import run_json
 

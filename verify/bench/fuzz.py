@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from dgr import proc
 from dgr.errors import BuildError
 from dgr.paths import Context

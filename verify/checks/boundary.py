@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from dgr.verify import bundle, inventory, prompts, synth
 from dgr.verify.client import Worker, WorkerError
 from dgr.verify.env import Env

@@ -7,7 +7,6 @@ import signal
 import time
 
 import numpy as np
-
 from dgr.verify import prompts
 from dgr.verify.client import WorkerError
 from dgr.verify.env import Env
