@@ -15,7 +15,6 @@ from typing import Any, Literal, get_args
 from dgr.errors import ConfigError
 
 
-
 def _literal(kind: Any, value: Any, where: str) -> Any:
     choices = get_args(kind)
     if value not in choices:
