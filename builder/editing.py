@@ -22,7 +22,8 @@ from pathlib import Path
 from dgr import apply, gitops, log, manifest, patchfile, series
 from dgr.digest import sha256_bytes
 from dgr.errors import ApplyError, UsageError
-from dgr.locks import PatchManifest, write_all_atomic
+from dgr.fs import write_all_atomic
+from dgr.locks import PatchManifest
 from dgr.paths import Repo
 
 BASE_REF = "refs/patches/upstream-head"

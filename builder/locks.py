@@ -8,7 +8,6 @@ list them all; loaders raise one ConfigError carrying that list.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 import tomllib
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from typing import Any, TypeVar
 import tomli_w
 from dgr.digest import GIT_OID_RE, SHA256_RE
 from dgr.errors import ConfigError
+from dgr.fs import write_atomic
 
 VERSION_RE = re.compile(r"^\d+(\.\d+)*([a-z0-9.+-]*)?$")
 SOURCE_KINDS = ("mirror", "pypi-sdist", "git")
@@ -50,26 +50,6 @@ def read_toml(path: Path) -> dict[str, Any]:
 def write_toml(path: Path, data: dict[str, Any]) -> None:
     """Write `data` with tomli-w to a temporary file, then rename it into place."""
     write_atomic(path, tomli_w.dumps(data).encode())
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    write_all_atomic({path: data})
-
-
-def write_all_atomic(files: dict[Path, bytes]) -> None:
-    """Write every file to a temporary sibling first, then rename them all into place."""
-    staged: list[tuple[Path, Path]] = []
-    try:
-        for path, data in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            staged.append((tmp, path))
-            tmp.write_bytes(data)
-        for tmp, path in staged:
-            tmp.replace(path)
-    finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
 
 
 class _Fields:

@@ -8,7 +8,8 @@ import tomli_w
 from dgr import series
 from dgr.digest import sha256_bytes, sha256_file
 from dgr.errors import ConfigError, IntegrityError
-from dgr.locks import PatchManifest, load_manifest_file, write_atomic
+from dgr.fs import write_atomic
+from dgr.locks import PatchManifest, load_manifest_file
 from dgr.paths import Repo
 
 REFRESH_HINT = (

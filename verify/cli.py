@@ -15,7 +15,7 @@ from typing import Any
 from dgr import build, locks, log, model
 from dgr.cmake import Toolchain
 from dgr.errors import UsageError, VerifyError
-from dgr.locks import write_atomic
+from dgr.fs import write_atomic
 from dgr.paths import Context
 from dgr.verify import native
 from dgr.verify.checks import boundary, kv, ownership

@@ -25,7 +25,7 @@ from typing import Any
 
 from dgr import build, locks, log, model
 from dgr.errors import DgrError
-from dgr.locks import write_atomic
+from dgr.fs import write_atomic
 from dgr.paths import Context
 from dgr.verify import inventory
 from dgr.verify.bench import buildtime, codec, fuzz, memory, split
