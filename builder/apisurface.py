@@ -71,7 +71,8 @@ def added_lines(patch_text: str) -> dict[str, list[tuple[int, str]]]:
 
 def _code(line: str, in_comment: bool) -> tuple[str, bool]:
     """`line` without comments; whether a /* comment continues on the next line."""
-    out, i = [], 0
+    out: list[str] = []
+    i = 0
     while i < len(line):
         if in_comment:
             end = line.find("*/", i)

@@ -50,6 +50,12 @@ class Config:
         return next((c for c in self.concerns if c.patch == patch), None)
 
 
+def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """The table `key` of `data`; a missing or mistyped one reads as empty (its keys are then reported)."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _text(data: dict[str, Any], key: str, where: str, problems: list[str]) -> str:
     value = data.get(key)
     if not isinstance(value, str) or not value.strip():
@@ -80,9 +86,7 @@ def load_config(path: Path, series: list[str]) -> Config:
     """Read package.toml; every problem (and every patch of the series without a concern) is listed."""
     data = read_toml(path)
     problems: list[str] = []
-    cover = data.get("cover") if isinstance(data.get("cover"), dict) else {}
-    reproduce = data.get("reproduce") if isinstance(data.get("reproduce"), dict) else {}
-    outreach = data.get("outreach") if isinstance(data.get("outreach"), dict) else {}
+    cover, reproduce, outreach = (_table(data, key) for key in ("cover", "reproduce", "outreach"))
     concerns: list[Concern] = []
     raw = data.get("concerns")
     if not isinstance(raw, list) or not raw:

@@ -60,8 +60,9 @@ def encode(meta: dict[str, str], tensors: dict[str, tuple[str, np.ndarray]]) -> 
     struct.pack_into("<Q", out, 0, len(text))
     out[8 : 8 + len(text)] = text
     pos = 8 + len(text)
+    dest = np.frombuffer(out, dtype=np.uint8)  # a view of `out`: the copy below writes straight into it
     for data in arrays:
-        out[pos : pos + data.nbytes] = memoryview(data).cast("B")
+        dest[pos : pos + data.nbytes] = data.reshape(-1).view(np.uint8)
         pos += data.nbytes
     return out
 
@@ -127,7 +128,7 @@ def decode(data: bytes | bytearray | memoryview, max_size: int = DEFAULT_MAX_SIZ
         need = count * _DTYPES[dtype].itemsize
         if end - begin != need:
             raise BundleError(f"tensor {name!r} has {end - begin} bytes, its shape needs {need}")
-        array = np.frombuffer(body[begin:end], dtype=_DTYPES[dtype]).reshape(shape)
+        array = np.frombuffer(body[begin:end], dtype=_DTYPES[dtype]).reshape(tuple(shape))
         if dtype in _FLOAT and not np.isfinite(array).all():
             raise BundleError(f"tensor {name!r} has non-finite values")
         if dtype == "BF16" and ((array >> 7) & 0xFF == 0xFF).any():
@@ -147,7 +148,8 @@ def decode(data: bytes | bytearray | memoryview, max_size: int = DEFAULT_MAX_SIZ
         raise BundleError(f"{len(body) - expect} trailing bytes after the last tensor")
     if "n_tokens" in meta:
         for name, (_, array) in tensors.items():
-            if array.ndim == 0 or str(array.shape[0]) != meta["n_tokens"]:
+            # a 0-d tensor has no rows: its first dimension is absent, never n_tokens
+            if [str(n) for n in array.shape[:1]] != [meta["n_tokens"]]:
                 raise BundleError(
                     f"tensor {name!r} has {array.shape[:1]} rows, n_tokens is {meta['n_tokens']}"
                 )

@@ -109,7 +109,7 @@ class Worker:
         assembler = frames.Assembler()
         while True:
             try:
-                frame = frames.read(self._reader, self.max_body)  # type: ignore[arg-type]
+                frame = frames.read(self._reader, self.max_body)
                 if frame is not None:
                     frame = assembler.add(frame)
                     if frame is None:

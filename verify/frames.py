@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, Protocol
 
 MAGIC = b"LWP1"
 PREFIX = struct.Struct("<4sIQ")
 MAX_HEADER = 1 << 20
 MAX_MESSAGE = 1 << 30
+
+
+class Reader(Protocol):
+    """What frames are read from: a binary file, or anything with its `read(n)`."""
+
+    def read(self, n: int, /) -> bytes: ...
 
 
 class FrameError(Exception):
@@ -24,7 +30,7 @@ class Frame:
     body: bytes = field(default=b"")
 
 
-def encode(header: dict[str, Any], body: bytes = b"") -> bytes:
+def encode(header: dict[str, Any], body: bytes | bytearray = b"") -> bytes:
     """One frame."""
     data = json.dumps(header, separators=(",", ":")).encode()
     if not 0 < len(data) <= MAX_HEADER:
@@ -32,7 +38,7 @@ def encode(header: dict[str, Any], body: bytes = b"") -> bytes:
     return PREFIX.pack(MAGIC, len(data), len(body)) + data + body
 
 
-def encode_message(header: dict[str, Any], body: bytes, max_body: int) -> bytes:
+def encode_message(header: dict[str, Any], body: bytes | bytearray, max_body: int) -> bytes:
     """One frame, or fragments when the body is over `max_body`: the last fragment holds the header."""
     if len(body) <= max_body:
         return encode(header, body)
@@ -48,7 +54,7 @@ def encode_message(header: dict[str, Any], body: bytes, max_body: int) -> bytes:
     return b"".join(out)
 
 
-def _read_exact(stream: BinaryIO, n: int) -> bytes:
+def _read_exact(stream: Reader, n: int) -> bytes:
     chunks: list[bytes] = []
     remaining = n
     while remaining > 0:
@@ -60,7 +66,7 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def read(stream: BinaryIO, max_body: int = MAX_MESSAGE) -> Frame | None:
+def read(stream: Reader, max_body: int = MAX_MESSAGE) -> Frame | None:
     """Read one frame; None at a clean end of stream."""
     prefix = _read_exact(stream, PREFIX.size)
     if not prefix:

@@ -12,7 +12,7 @@ import json
 
 from dgr import apply, gitops, locks, log, rebase, upstream
 from dgr.errors import EXIT_OK, ApplyError
-from dgr.paths import Context
+from dgr.paths import Context, Repo
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,7 +55,7 @@ def run_matrix(args: argparse.Namespace) -> int:
     required: list[rebase.Report] = []
     with ctx.cache.tmpdir("rebase-matrix") as tmp:
         series_patches = apply.verified_series(ctx.repo)
-        runs = [("pin " + lock.pin.commit[:7], ctx.repo, None)]
+        runs: list[tuple[str, Repo, str | None]] = [("pin " + lock.pin.commit[:7], ctx.repo, None)]
         runs += [(name, ctx.repo, name) for name in lock.rebase_targets]
         runs += [
             (f"{t.port} (port) on {name}", ctx.repo.for_port(t.port), name)

@@ -96,12 +96,15 @@ def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: 
     """(b) one worker process per range, bundles over pipes."""
     prefills, n_decode, reps = _plan(quick)
     out = []
+
     # one session at a time, with the whole context: room for the 512-token prefill
-    opts = {"threads": threads, "n_ctx": 1024, "max_sessions": 1}
-    with Pipeline(worker, model_path, [(0, n_layer)], **opts) as whole:
+    def chain(split: list[tuple[int, int]]) -> Pipeline:
+        return Pipeline(worker, model_path, split, threads=threads, n_ctx=1024, max_sessions=1)
+
+    with chain([(0, n_layer)]) as whole:
         text_tokens = whole.tokenize(prompts.LONG * 8)
         for k in SPLITS:
-            with Pipeline(worker, model_path, inventory.split(n_layer, k), **opts) as split:
+            with chain(inventory.split(n_layer, k)) as split:
                 row: dict[str, Any] = {"shards": k, "prefill": []}
                 for n in prefills:
                     tokens = (text_tokens * (n // len(text_tokens) + 1))[:n]

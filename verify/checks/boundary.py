@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -166,10 +167,11 @@ def check_refusals(env: Env) -> Check:
         head, middle, tail = pipe.workers
         tokens = pipe.tokenize(prompts.GENERATION[0])
         n = len(tokens)
-        base = {"session": "r", "epoch": 1, "pos": 0, "n_tokens": n}
+        base: dict[str, Any] = {"session": "r", "epoch": 1, "pos": 0, "n_tokens": n}
         good = head.request("decode", tokens=tokens, **base).body
         other_bundle = other.workers[0].request("decode", tokens=[t % 256 for t in tokens], **base).body
-        cases = {
+        # name: (worker, error code, phrase of its message, body, fields over `base`)
+        cases: dict[str, tuple[Worker, str, str, bytes, dict[str, Any]]] = {
             "middle fed tokens": (middle, "wrong_input", "not tokens", b"", {"tokens": tokens}),
             "head fed a bundle": (head, "wrong_input", "not a bundle", good, {}),
             "bundle from another model": (middle, "bundle_mismatch", "model", other_bundle, {}),
@@ -227,7 +229,7 @@ def run(env: Env) -> list[Check]:
             "boundary",
             f"prefill-splits/{label}",
             evidence,
-            lambda m=model, e=evidence, lb=label: check_prefill_splits(env, m, e, lb),
+            partial(check_prefill_splits, env, model, evidence, label),
         )
     for name, fn in (
         ("no-range-vs-upstream/smollm2", check_baseline),
@@ -236,5 +238,5 @@ def run(env: Env) -> list[Check]:
         ("refusals/smollm2", check_refusals),
         ("bundle-codec-interop/smollm2", check_codec_roundtrip),
     ):
-        checks += guarded("boundary", name, REAL_MODEL, lambda f=fn: f(env))
+        checks += guarded("boundary", name, REAL_MODEL, partial(fn, env))
     return checks

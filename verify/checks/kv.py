@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from dgr.verify import prompts
@@ -19,7 +21,7 @@ KV_TOLERANCE = 0.01
 FAILURE_DEADLINE = 10.0
 
 
-def _refused(fn, code: str) -> str | None:
+def _refused(fn: Callable[[], object], code: str) -> str | None:
     try:
         fn()
     except WorkerError as e:
@@ -265,5 +267,5 @@ CHECKS = (
 def run(env: Env) -> list[Check]:
     checks: list[Check] = []
     for name, fn in CHECKS:
-        checks += guarded("kv", name, REAL_MODEL, lambda f=fn: f(env))
+        checks += guarded("kv", name, REAL_MODEL, partial(fn, env))
     return checks

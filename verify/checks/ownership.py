@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +194,7 @@ def run(env: Env) -> list[Check]:
                 "ownership",
                 f"split-{k}/{label}",
                 evidence,
-                lambda i=inv, n=k, e=evidence, lb=label: check_split(env, i, n, e, lb),
+                partial(check_split, env, inv, k, evidence, label),
             )
     checks += guarded("ownership", "peak-rss-10-layers/smollm2", REAL_MODEL, lambda: check_peak_rss(env))
     checks += guarded("ownership", "invalid-ranges/smollm2", REAL_MODEL, lambda: check_invalid_ranges(env))
