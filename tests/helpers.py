@@ -58,8 +58,8 @@ def format_patch(repo: Path, commit: str) -> str:
 def run_dgr(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 1800
 ) -> subprocess.CompletedProcess[str]:
-    """dgr in a subprocess (as users run it), with this checkout importable."""
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    """dgr in a subprocess, as users run it (the installed package: `pip install -e .`)."""
+    full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "dgr", *args],
         env=full_env,

@@ -55,7 +55,7 @@ def dgr(repo: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]
 
 
 def dgr_popen(repo: Path, cache: Path, *args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DGR_REPO": str(repo), "DGR_CACHE_DIR": str(cache)}
+    env = {**os.environ, "DGR_REPO": str(repo), "DGR_CACHE_DIR": str(cache)}
     return subprocess.Popen(
         [sys.executable, "-m", "dgr", *args],
         env=env,

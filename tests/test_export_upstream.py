@@ -507,7 +507,7 @@ def test_figures_and_why_are_formatted_deterministically() -> None:
 
 
 def test_the_groups_are_those_of_verify() -> None:
-    from dgr.verify import cli
+    from dgr.commands import verify as cli
 
     assert cli.GROUPS == package.VERIFY_GROUPS
 

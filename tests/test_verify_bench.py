@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dgr.commands import bench as bench_command
 from dgr.verify import bench
 
 RESULT = {
@@ -59,7 +60,7 @@ def test_summary_takes_the_worst_ratio_and_checks_every_target() -> None:
 
 
 def test_report_lists_every_measurement() -> None:
-    text = bench.report_text({**RESULT, "summary": bench.summarize(RESULT)})
+    text = bench_command.report_text({**RESULT, "summary": bench.summarize(RESULT)})
     assert "| 5 | 64: 0.990, 512: 0.980 | 0.975 | 64: 0.900 | 0.880 |" in text
     assert "codec: C++ 5.00 GB/s vs memcpy 8.00 (0.62x)" in text
     assert "workers_decode MISSED" in text

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import traceback
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -83,3 +85,25 @@ def table(checks: list[Check]) -> str:
     n_pass = sum(c.passed for c in checks)
     lines.append(f"\n{n_pass}/{len(checks)} checks passed")
     return "\n".join(lines)
+
+
+def junit_xml(checks: list[Check]) -> bytes:
+    """The checks as a JUnit XML test suite (one test case per check, its figures as properties)."""
+    suite = ET.Element(
+        "testsuite",
+        name="dgr-verify",
+        tests=str(len(checks)),
+        failures=str(sum(not c.passed for c in checks)),
+    )
+    for c in checks:
+        case = ET.SubElement(suite, "testcase", classname=f"{c.group}", name=c.name)
+        ET.SubElement(case, "properties").extend(
+            [
+                ET.Element("property", name="evidence", value=c.evidence),
+                ET.Element("property", name="figures", value=json.dumps(c.figures, default=str)),
+            ]
+        )
+        if not c.passed:
+            ET.SubElement(case, "failure", message=(c.detail or "failed").splitlines()[0]).text = c.detail
+    data: bytes = ET.tostring(suite, encoding="utf-8", xml_declaration=True)  # typeshed: Any for an encoding
+    return data

@@ -1,11 +1,99 @@
-"""`dgr verify`: the native tests and the conformance checks of verify/ (imported when run)."""
+"""`dgr verify [--only GROUP,...] [--json] [--junit FILE]`: native tests and conformance checks against the
+published build of the current inputs (built first if needed), with the locked model and synthetic
+fixtures; the report is kept in the cache under `reports/<inputs-digest>.json`; exit 9 on a failure."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
 
-from dgr.verify import cli
+from dgr import build, locks, log, model
+from dgr.cmake import Toolchain
+from dgr.errors import EXIT_OK, UsageError, VerifyError
+from dgr.fs import write_atomic
+from dgr.paths import Context
+from dgr.verify import checks, native
+from dgr.verify.env import Env
+from dgr.verify.report import Check, junit_xml, table
+
+GROUPS = ("native", "ownership", "boundary", "kv")
+REPORT_FORMAT = 1
+
+
+def groups_of(only: str | None) -> tuple[str, ...]:
+    groups = GROUPS if not only else tuple(g.strip() for g in only.split(",") if g.strip())
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown or not groups:
+        raise UsageError(f"unknown group(s) in --only {only!r}", hint=f"choose from {', '.join(GROUPS)}")
+    return groups
 
 
 def run(args: argparse.Namespace) -> int:
-    return cli.run(args)
+    groups = groups_of(args.only)
+    sanitize = build.parse_sanitizers(args.sanitize)
+    if sanitize:
+        # a finding of a sanitizer fails the test or the request instead of scrolling by
+        os.environ.setdefault("ASAN_OPTIONS", "halt_on_error=1:detect_leaks=1")
+        os.environ.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
+    ctx = Context.discover()
+    patched = build.run(ctx, build.Request(mirror=args.mirror, upstream=args.upstream, sanitize=sanitize))
+    baseline = (
+        build.run(
+            ctx,
+            build.Request(upstream_only=True, mirror=args.mirror, upstream=args.upstream, sanitize=sanitize),
+        )
+        if "boundary" in groups
+        else None
+    )
+    model_path = model.fetch(ctx.cache, locks.load_model(ctx.repo.locks_dir))
+    worker = patched.path / "bin" / "layer-worker"
+    env = Env(
+        worker=worker,
+        model=model_path,
+        fixtures=ctx.cache.root / "fixtures",
+        threads=args.threads,
+        baseline_worker=baseline.path / "bin" / "layer-worker" if baseline else None,
+        sanitized=bool(sanitize),
+    )
+    results: list[Check] = []
+    durations: dict[str, float] = {}
+    for group in groups:
+        start = time.monotonic()
+        with log.step(f"verify {group}"):
+            if group == "native":
+                toolchain = Toolchain.find(locks.load_toolchain(ctx.repo.locks_dir))
+                results += native.run(toolchain.ctest, patched.path)
+            else:
+                if not worker.is_file():
+                    raise VerifyError(
+                        f"the build at {patched.path} has no layer-worker",
+                        hint="run `dgr build`: it builds verify/worker against the patched library",
+                    )
+                results += checks.run(group, env)
+        durations[group] = round(time.monotonic() - start, 1)
+
+    report: dict[str, Any] = {
+        "format": REPORT_FORMAT,
+        "inputs_digest": patched.manifest["build"]["inputs_digest"],
+        "baseline_digest": baseline.manifest["build"]["inputs_digest"] if baseline else None,
+        "groups": list(groups),
+        "passed": all(c.passed for c in results),
+        "durations_s": durations,
+        "checks": [c.to_json() for c in results],
+    }
+    data = (json.dumps(report, indent=2, default=str) + "\n").encode()
+    reports = ctx.cache.root / "reports"
+    reports.mkdir(parents=True, exist_ok=True)
+    name = patched.manifest["build"]["inputs_digest"] + ("" if groups == GROUPS else "-" + "-".join(groups))
+    write_atomic(reports / f"{name}.json", data)
+    if args.junit:
+        write_atomic(args.junit, junit_xml(results))
+    print(table(results), file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        sys.stdout.write(data.decode())
+    log.info(f"report: {reports / f'{name}.json'}")
+    return EXIT_OK if report["passed"] else VerifyError.exit_code

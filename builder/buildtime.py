@@ -1,4 +1,4 @@
-"""What the manager costs on top of cmake + ninja: no-op, one patch edited, cold."""
+"""`dgr bench`, build timing: what dgr costs on top of cmake + ninja (no-op, one patch edited, cold)."""
 
 from __future__ import annotations
 
