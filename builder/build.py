@@ -24,6 +24,15 @@ from typing import Any
 from dgr import apply, gitops, locks, log, patchfile
 from dgr.buildcache import BuildStore
 from dgr.cmake import CMakeProject, Compiler, Toolchain, compiler_at
+from dgr.contracts import (
+    AppliedPatch,
+    BuildInfo,
+    BuildManifest,
+    BuildStatus,
+    PatchedInfo,
+    ToolchainInfo,
+    UpstreamInfo,
+)
 from dgr.digest import sha256_canonical, sha256_file
 from dgr.errors import BuildError, UsageError
 from dgr.paths import Context
@@ -48,13 +57,12 @@ class Request:
 
 @dataclass(frozen=True)
 class Result:
-    manifest: dict[str, Any]
+    manifest: BuildManifest
     path: Path
-    status: str
-    """"built" or "cached"."""
+    status: BuildStatus
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     """Everything the build depends on, known before any tree is touched."""
 
@@ -225,17 +233,17 @@ def plan(ctx: Context, request: Request) -> Plan:
         "targets": [*toolchain_lock.base_targets, *tests],
     }
     return Plan(
-        request,
-        upstream_lock,
-        pin,
-        sources,
-        toolchain_lock,
-        toolchain,
-        tuple(patch_refs),
-        tests,
-        worker,
-        inputs,
-        sha256_canonical(inputs),
+        request=request,
+        upstream_lock=upstream_lock,
+        pin=pin,
+        sources=sources,
+        toolchain_lock=toolchain_lock,
+        toolchain=toolchain,
+        patches=tuple(patch_refs),
+        native_tests=tests,
+        worker_files=worker,
+        inputs=inputs,
+        digest=sha256_canonical(inputs),
     )
 
 
@@ -255,7 +263,7 @@ def run(ctx: Context, request: Request) -> Result:
     return Result(built, store.path(the_plan.digest), "built")
 
 
-def _build(ctx: Context, plan: Plan, store: BuildStore) -> dict[str, Any]:
+def _build(ctx: Context, plan: Plan, store: BuildStore) -> BuildManifest:
     pin = plan.pin
     with log.step(f"obtain upstream {pin.short}"):
         upstream = obtain(ctx.cache, pin, plan.sources, plan.request.mirror)
@@ -309,7 +317,7 @@ def _build(ctx: Context, plan: Plan, store: BuildStore) -> dict[str, Any]:
             worker.build_targets([])
     compilers = _compilers_used(llama)
 
-    def fill(staging: Path) -> dict[str, Any]:
+    def fill(staging: Path) -> BuildManifest:
         final_bin = store.path(plan.digest) / "bin"
         _collect(staging / "bin", build_dir / "bin", plan, worker)
         tests = _native_test_files(staging, llama, plan.native_tests, build_dir / "bin", final_bin)
@@ -464,37 +472,34 @@ def _manifest(
     src: Path,
     build_dir: Path,
     tests: list[dict[str, Any]],
-) -> dict[str, Any]:
+) -> BuildManifest:
     commits = dict(applied.commits)
-    return {
-        "build": {
-            "inputs_digest": plan.digest,
-            "upstream_only": plan.request.upstream_only,
-            "targets": plan.targets,
-            "native_tests": [t["name"] for t in tests],
-            "worker": bool(plan.worker_files),
-            "source_dir": str(src),
-            "build_dir": str(build_dir),
-        },
-        "upstream": {
-            "repo": plan.upstream_lock.repo,
-            "commit": plan.pin.commit,
-            "tree": plan.pin.tree,
-            "source": source,
-        },
-        "patched": {"commit": applied.commit, "tree": applied.tree},
-        "patches": [
-            {"name": ref.name, "sha256": ref.sha256, "commit": commits[ref.name]} for ref in plan.patches
-        ],
-        "toolchain": {
-            "cmake": plan.toolchain.cmake_version,
-            "ninja": plan.toolchain.ninja_version,
-            "cc": compilers["cc"].version,
-            "cc_path": compilers["cc"].path,
-            "cxx": compilers["cxx"].version,
-            "cxx_path": compilers["cxx"].path,
-        },
-        "inputs": {key: sha256_canonical(value) for key, value in sorted(plan.inputs.items())},
-        "cmake_options": plan.inputs["cmake_options"],
-        "source_date_epoch": plan.pin.epoch,
-    }
+    return BuildManifest(
+        build=BuildInfo(
+            inputs_digest=plan.digest,
+            upstream_only=plan.request.upstream_only,
+            targets=tuple(plan.targets),
+            native_tests=tuple(t["name"] for t in tests),
+            worker=bool(plan.worker_files),
+            source_dir=str(src),
+            build_dir=str(build_dir),
+        ),
+        upstream=UpstreamInfo(
+            repo=plan.upstream_lock.repo, commit=plan.pin.commit, tree=plan.pin.tree, source=source
+        ),
+        patched=PatchedInfo(commit=applied.commit, tree=applied.tree),
+        patches=tuple(
+            AppliedPatch(name=ref.name, sha256=ref.sha256, commit=commits[ref.name]) for ref in plan.patches
+        ),
+        toolchain=ToolchainInfo(
+            cmake=plan.toolchain.cmake_version,
+            ninja=plan.toolchain.ninja_version,
+            cc=compilers["cc"].version,
+            cc_path=compilers["cc"].path,
+            cxx=compilers["cxx"].version,
+            cxx_path=compilers["cxx"].path,
+        ),
+        inputs={key: sha256_canonical(value) for key, value in sorted(plan.inputs.items())},
+        cmake_options=plan.inputs["cmake_options"],
+        source_date_epoch=plan.pin.epoch,
+    )

@@ -7,16 +7,18 @@ artifact; a mismatch is reported and the broken build removed.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from dgr import log
+from dgr.contracts import BuildManifest
 from dgr.digest import sha256_file
+from dgr.errors import ConfigError
 from dgr.locks import write_toml
 from dgr.paths import Cache
 from filelock import FileLock, Timeout
@@ -39,15 +41,15 @@ def scan(root: Path) -> tuple[dict[str, str], dict[str, str]]:
     return files, links
 
 
-def problems(root: Path, manifest: dict[str, Any]) -> list[str]:
+def problems(root: Path, manifest: BuildManifest) -> list[str]:
     """Every artifact of `manifest` that is missing or differs on disk."""
     found: list[str] = []
-    for rel, expected in manifest.get("artifacts", {}).items():
+    for rel, expected in manifest.artifacts.items():
         path = root / rel
         actual = sha256_file(path) if path.is_file() and not path.is_symlink() else "missing"
         if actual != expected:
             found.append(f"{path}: expected sha256 {expected}, actual {actual}")
-    for rel, target in manifest.get("links", {}).items():
+    for rel, target in manifest.links.items():
         path = root / rel
         actual = str(path.readlink()) if path.is_symlink() else "missing"
         if actual != target:
@@ -62,14 +64,14 @@ class BuildStore:
     def path(self, digest: str) -> Path:
         return self.cache.builds / digest
 
-    def lookup(self, digest: str) -> dict[str, Any] | None:
+    def lookup(self, digest: str) -> BuildManifest | None:
         """The manifest of the published build `digest` if it is intact; a broken one is removed."""
         root = self.path(digest)
         try:
-            manifest = tomllib.loads((root / MANIFEST).read_text())
+            manifest = BuildManifest.from_json(tomllib.loads((root / MANIFEST).read_text()), MANIFEST)
         except FileNotFoundError:
             return None
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, tomllib.TOMLDecodeError, ConfigError) as exc:
             log.warn(
                 f"published build {root} has an unreadable {MANIFEST} ({exc}); removing it and rebuilding"
             )
@@ -92,14 +94,13 @@ class BuildStore:
             root.rename(doomed)
             shutil.rmtree(doomed, ignore_errors=True)
 
-    def publish(self, digest: str, fill: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    def publish(self, digest: str, fill: Callable[[Path], BuildManifest]) -> BuildManifest:
         """Let `fill` populate a temporary directory and return the manifest; then rename into place."""
         with self.cache.tmpdir(digest) as staging:
-            manifest = fill(staging)
+            filled = fill(staging)
             files, links = scan(staging)
-            manifest["artifacts"] = files
-            manifest["links"] = links
-            write_toml(staging / MANIFEST, manifest)
+            manifest = dataclasses.replace(filled, artifacts=files, links=links)
+            write_toml(staging / MANIFEST, manifest.to_json())
             final = self.path(digest)
             final.parent.mkdir(parents=True, exist_ok=True)
             self.remove(digest)

@@ -8,33 +8,38 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from dgr import build, gitops, locks, proc
 from dgr.cmake import Toolchain
+from dgr.contracts import BuildManifest
 from dgr.errors import BuildError
 from dgr.paths import Context
 
 
-def _time(fn: Any) -> float:
+def _time(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
 
 
-def measure(ctx: Context, quick: bool) -> dict[str, Any]:
+def measure(ctx: Context, quick: bool) -> dict[str, float | str]:
     """dgr build vs plain cmake + ninja of the same targets, in the same run."""
-    out: dict[str, Any] = {}
+    out: dict[str, float | str] = {}
     manifest = build.run(ctx, build.Request()).manifest
     env = {**os.environ, "DGR_REPO": str(ctx.repo.root), "DGR_CACHE_DIR": str(ctx.cache.root)}
     # the command as a user runs it: a new process that checks the digests and finds the build published
-    out["noop_dgr_s"] = _time(lambda: proc.run([sys.executable, "-m", "dgr", "build"], env=env))
-    build_dir = Path(manifest["build"]["build_dir"])
+    noop_dgr = _time(lambda: proc.run([sys.executable, "-m", "dgr", "build"], env=env))
+    build_dir = Path(manifest.build.build_dir)
     toolchain = Toolchain.find(locks.load_toolchain(ctx.repo.locks_dir))
-    targets = manifest["build"]["targets"]
-    out["noop_ninja_s"] = _time(lambda: proc.run([toolchain.ninja, "-C", build_dir, *targets]))
-    out["noop_ratio"] = out["noop_dgr_s"] / max(out["noop_ninja_s"], 1e-9)
+    targets = list(manifest.build.targets)
+    noop_ninja = _time(lambda: proc.run([toolchain.ninja, "-C", build_dir, *targets]))
+    out |= {
+        "noop_dgr_s": noop_dgr,
+        "noop_ninja_s": noop_ninja,
+        "noop_ratio": noop_dgr / max(noop_ninja, 1e-9),
+    }
     if quick:
         return out
     out.update(edit_rebuild(ctx, toolchain, build_dir, targets))
@@ -53,13 +58,12 @@ def measure(ctx: Context, quick: bool) -> dict[str, Any]:
             what="cold dgr build failed",
             timeout=3600,
         )
-        out["cold_dgr_s"] = time.perf_counter() - start
-        baseline = json.loads(
-            proc.run([sys.executable, "-m", "dgr", "build", "--upstream-only", "--json"], env=env).stdout
-        )
-        src = Path(baseline["build"]["source_dir"])
+        cold_dgr = time.perf_counter() - start
+        printed = proc.run([sys.executable, "-m", "dgr", "build", "--upstream-only", "--json"], env=env)
+        baseline = BuildManifest.from_json(json.loads(printed.stdout), "dgr build --upstream-only --json")
+        src = Path(baseline.build.source_dir)
         plain = Path(tmp) / "plain"
-        defs = [f"-D{k}={v}" for k, v in baseline["cmake_options"].items() if "{" not in v]
+        defs = [f"-D{k}={v}" for k, v in baseline.cmake_options.items() if "{" not in v]
         start = time.perf_counter()
         proc.run(
             [
@@ -78,13 +82,13 @@ def measure(ctx: Context, quick: bool) -> dict[str, Any]:
             what="plain cmake failed",
         )
         proc.run(
-            [toolchain.ninja, "-C", plain, *baseline["build"]["targets"]],
+            [toolchain.ninja, "-C", plain, *baseline.build.targets],
             error=BuildError,
             what="plain ninja failed",
             timeout=3600,
         )
-        out["cold_plain_s"] = time.perf_counter() - start
-        out["cold_ratio"] = out["cold_dgr_s"] / out["cold_plain_s"]
+        cold_plain = time.perf_counter() - start
+        out |= {"cold_dgr_s": cold_dgr, "cold_plain_s": cold_plain, "cold_ratio": cold_dgr / cold_plain}
         out["cold_note"] = (
             "dgr builds the worker too (a separate CMake project); the plain build does llama + ggml only"
         )
@@ -101,7 +105,9 @@ EDIT_TO = (
 )
 
 
-def edit_rebuild(ctx: Context, toolchain: Toolchain, build_dir: Path, targets: list[str]) -> dict[str, Any]:
+def edit_rebuild(
+    ctx: Context, toolchain: Toolchain, build_dir: Path, targets: list[str]
+) -> dict[str, float | str]:
     """A comment edited in one patch: `dgr build` of a copy of the repository (sharing the cache, so the work
     tree is incremental), then plain ninja for the same change back in the same work tree."""
     with tempfile.TemporaryDirectory(prefix="dgr-bench-repo-") as tmp:
@@ -130,8 +136,8 @@ def edit_rebuild(ctx: Context, toolchain: Toolchain, build_dir: Path, targets: l
         shutil.rmtree(json.loads(edited.stdout)["path"], ignore_errors=True)
     # the work tree now holds the edited file: put the original back and let ninja rebuild the same files
     manifest = build.run(ctx, build.Request()).manifest
-    src = Path(manifest["build"]["source_dir"])
-    gitops.git(["checkout", "--quiet", "--force", "--detach", manifest["patched"]["commit"]], cwd=src)
+    src = Path(manifest.build.source_dir)
+    gitops.git(["checkout", "--quiet", "--force", "--detach", manifest.patched.commit], cwd=src)
     start = time.perf_counter()
     proc.run(
         [toolchain.ninja, "-C", build_dir, *targets], error=BuildError, what="ninja failed", timeout=3600

@@ -53,7 +53,7 @@ REPORT_FORMAT = 1
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckResult:
+class Check:
     """One check of `dgr verify`: what it proves (group, evidence class), its figures, pass or fail."""
 
     group: Group
@@ -78,7 +78,7 @@ class CheckResult:
         }
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "check") -> CheckResult:
+    def from_json(cls, data: Any, where: str = "check") -> Check:
         d = _mapping(data, where)
         return cls(
             group=_literal(Group, d.get("group"), f"{where}.group"),
@@ -98,20 +98,36 @@ class Report:
     baseline_digest: str | None
     groups: tuple[Group, ...]
     durations_s: Mapping[str, float]
-    checks: tuple[CheckResult, ...]
+    checks: tuple[Check, ...]
     format: int = REPORT_FORMAT
 
     @property
     def passed(self) -> bool:
         return all(c.passed for c in self.checks)
 
-    def group(self, group: Group) -> list[CheckResult]:
+    def group(self, group: Group) -> list[Check]:
         return [c for c in self.checks if c.group == group]
 
     @property
     def complete(self) -> bool:
         """Every group ran and has at least one check."""
         return all(g in self.groups and self.group(g) for g in GROUPS)
+
+    def problems(self, digest: str) -> list[str]:
+        """Why this is not a complete pass for the inputs `digest` (empty: it is one)."""
+        found: list[str] = []
+        if self.inputs_digest != digest:
+            found.append(f"it is for the inputs {self.inputs_digest}, not {digest}")
+        missing = [g for g in GROUPS if g not in self.groups or not self.group(g)]
+        if missing:
+            found.append(
+                f"it does not cover the group(s) {', '.join(missing)} "
+                f"(it ran {', '.join(self.groups) or 'none'})"
+            )
+        failed = [c.id for c in self.checks if not c.passed]
+        if failed:
+            found.append(f"{len(failed)} check(s) failed: {', '.join(failed)}")
+        return found
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -141,7 +157,7 @@ class Report:
             baseline_digest=baseline,
             groups=tuple(_literal(Group, g, f"{where}.groups[{i}]") for i, g in enumerate(groups)),
             durations_s=_mapping(d.get("durations_s", {}), f"{where}.durations_s"),
-            checks=tuple(CheckResult.from_json(c, f"{where}.checks[{i}]") for i, c in enumerate(checks)),
+            checks=tuple(Check.from_json(c, f"{where}.checks[{i}]") for i, c in enumerate(checks)),
         )
         if "passed" in d and d["passed"] is not report.passed:
             raise ConfigError(f"{where}: `passed` is {d['passed']!r}, but its checks say {report.passed!r}")
@@ -150,4 +166,538 @@ class Report:
 
 # --------------------------------------------------------------------------- the build manifest
 
+BuildStatus = Literal["built", "cached"]
+
+
+def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    values = _typed(data, key, list, where)
+    if not all(isinstance(v, str) for v in values):
+        raise ConfigError(f"{where}: `{key}` must be a list of strings")
+    return tuple(values)
+
+
+def _string_map(data: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+    values = _mapping(data.get(key, {}), f"{where}.{key}")
+    if not all(isinstance(v, str) for v in values.values()):
+        raise ConfigError(f"{where}: `{key}` must map names to strings")
+    return dict(values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildInfo:
+    inputs_digest: str
+    upstream_only: bool
+    targets: tuple[str, ...]
+    native_tests: tuple[str, ...]
+    worker: bool
+    """The build has the worker (verify/worker/ exists)."""
+    source_dir: str
+    build_dir: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "inputs_digest": self.inputs_digest,
+            "upstream_only": self.upstream_only,
+            "targets": list(self.targets),
+            "native_tests": list(self.native_tests),
+            "worker": self.worker,
+            "source_dir": self.source_dir,
+            "build_dir": self.build_dir,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> BuildInfo:
+        d = _mapping(data, where)
+        return cls(
+            inputs_digest=_typed(d, "inputs_digest", str, where),
+            upstream_only=_typed(d, "upstream_only", bool, where),
+            targets=_strings(d, "targets", where),
+            native_tests=_strings(d, "native_tests", where),
+            worker=_typed(d, "worker", bool, where),
+            source_dir=_typed(d, "source_dir", str, where),
+            build_dir=_typed(d, "build_dir", str, where),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpstreamInfo:
+    repo: str
+    commit: str
+    tree: str
+    source: str
+    """Where the verified upstream came from (the cache's note)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"repo": self.repo, "commit": self.commit, "tree": self.tree, "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> UpstreamInfo:
+        d = _mapping(data, where)
+        return cls(**{k: _typed(d, k, str, where) for k in ("repo", "commit", "tree", "source")})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchedInfo:
+    commit: str
+    tree: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"commit": self.commit, "tree": self.tree}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> PatchedInfo:
+        d = _mapping(data, where)
+        return cls(commit=_typed(d, "commit", str, where), tree=_typed(d, "tree", str, where))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AppliedPatch:
+    name: str
+    sha256: str
+    commit: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "sha256": self.sha256, "commit": self.commit}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> AppliedPatch:
+        d = _mapping(data, where)
+        return cls(**{k: _typed(d, k, str, where) for k in ("name", "sha256", "commit")})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolchainInfo:
+    cmake: str
+    ninja: str
+    cc: str
+    cc_path: str
+    cxx: str
+    cxx_path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cmake": self.cmake,
+            "ninja": self.ninja,
+            "cc": self.cc,
+            "cc_path": self.cc_path,
+            "cxx": self.cxx,
+            "cxx_path": self.cxx_path,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> ToolchainInfo:
+        d = _mapping(data, where)
+        keys = ("cmake", "ninja", "cc", "cc_path", "cxx", "cxx_path")
+        return cls(**{k: _typed(d, k, str, where) for k in keys})
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildManifest:
+    """`builds/<digest>/manifest.toml`: what was built from which inputs, and the SHA-256 of every artifact.
+
+    `dgr build --json` prints it (with `path` and `status`); its `inputs` hold a digest per component of
+    the inputs, so two manifests show which input made a rebuild necessary."""
+
+    build: BuildInfo
+    upstream: UpstreamInfo
+    patched: PatchedInfo
+    patches: tuple[AppliedPatch, ...]
+    toolchain: ToolchainInfo
+    inputs: Mapping[str, str]
+    cmake_options: Mapping[str, str]
+    source_date_epoch: int
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    """Relative path -> sha256 of every published file (filled when the build is published)."""
+    links: Mapping[str, str] = field(default_factory=dict)
+    """Relative path -> target of every published symbolic link."""
+
+    @property
+    def inputs_digest(self) -> str:
+        return self.build.inputs_digest
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "build": self.build.to_json(),
+            "upstream": self.upstream.to_json(),
+            "patched": self.patched.to_json(),
+            "patches": [p.to_json() for p in self.patches],
+            "toolchain": self.toolchain.to_json(),
+            "inputs": dict(self.inputs),
+            "cmake_options": dict(self.cmake_options),
+            "source_date_epoch": self.source_date_epoch,
+        }
+        if self.artifacts or self.links:
+            data["artifacts"] = dict(self.artifacts)
+            data["links"] = dict(self.links)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "build manifest") -> BuildManifest:
+        d = _mapping(data, where)
+        patches = _typed(d, "patches", list, where)
+        return cls(
+            build=BuildInfo.from_json(d.get("build"), f"{where}.build"),
+            upstream=UpstreamInfo.from_json(d.get("upstream"), f"{where}.upstream"),
+            patched=PatchedInfo.from_json(d.get("patched"), f"{where}.patched"),
+            patches=tuple(AppliedPatch.from_json(p, f"{where}.patches[{i}]") for i, p in enumerate(patches)),
+            toolchain=ToolchainInfo.from_json(d.get("toolchain"), f"{where}.toolchain"),
+            inputs=_string_map(d, "inputs", where),
+            cmake_options=_string_map(d, "cmake_options", where),
+            source_date_epoch=_typed(d, "source_date_epoch", int, where),
+            artifacts=_string_map(d, "artifacts", where),
+            links=_string_map(d, "links", where),
+        )
+
+
 # --------------------------------------------------------------------------- the bench result
+
+BENCH_FORMAT = 1
+TARGETS: Mapping[str, float] = {
+    "in_process_prefill": 0.97,
+    "in_process_decode": 0.97,
+    "workers_decode": 0.90,
+    "codec": 0.5,
+}
+"""The ratio each measurement should reach (split / whole; the codec: to memcpy)."""
+
+Number = int | float
+Figures = Mapping[str, Number | str | bool]
+"""A flat set of named measurements (build timing, fuzzing): numbers, with a note or a flag here and there."""
+
+
+def _number(data: Mapping[str, Any], key: str, where: str) -> float:
+    return float(_typed(data, key, (int, float), where))
+
+
+def _optional_number(data: Mapping[str, Any], key: str, where: str) -> float | None:
+    return _number(data, key, where) if key in data else None
+
+
+def _figures(value: Any, where: str) -> Figures:
+    d = _mapping(value, where)
+    for key, v in d.items():
+        if not isinstance(v, (int, float, str, bool)):
+            raise ConfigError(f"{where}.{key}: {type(v).__name__} is not a number, a string or a flag")
+    return dict(d)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Machine:
+    date: str
+    cpu: str
+    cores: int | None
+    platform: str = ""
+    python: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "date": self.date,
+            "cpu": self.cpu,
+            "cores": self.cores,
+            "platform": self.platform,
+            "python": self.python,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Machine:
+        d = _mapping(data, where)
+        cores = d.get("cores")
+        return cls(
+            date=_typed(d, "date", str, where),
+            cpu=_typed(d, "cpu", str, where),
+            cores=cores if isinstance(cores, int) else None,
+            platform=str(d.get("platform", "")),
+            python=str(d.get("python", "")),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Speed:
+    """Tokens per second of the whole model and of the split, measured interleaved; ratio = split / whole."""
+
+    tokens: int
+    whole_tps: float
+    split_tps: float
+    ratio: float
+    same_tokens: bool | None = None
+    """Decode only: the split generated the same tokens as the whole model."""
+    whole_step_ms: float | None = None
+    """Worker decode only: milliseconds per token of the whole model's request."""
+    shard_step_ms: tuple[float, ...] = ()
+    """Worker decode only: milliseconds per token of each worker's request, in chain order."""
+    round_trip_ms: float | None = None
+    """Worker decode only: the median of a request that does no work (transport and supervisor)."""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "tokens": self.tokens,
+            "whole_tps": self.whole_tps,
+            "split_tps": self.split_tps,
+            "ratio": self.ratio,
+        }
+        if self.same_tokens is not None:
+            data["same_tokens"] = self.same_tokens
+        if self.whole_step_ms is not None:
+            data["whole_step_ms"] = self.whole_step_ms
+            data["shard_step_ms"] = list(self.shard_step_ms)
+        if self.round_trip_ms is not None:
+            data["round_trip_ms"] = self.round_trip_ms
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Speed:
+        d = _mapping(data, where)
+        same = d.get("same_tokens")
+        steps = d.get("shard_step_ms", [])
+        if not isinstance(steps, list) or not all(isinstance(s, (int, float)) for s in steps):
+            raise ConfigError(f"{where}: `shard_step_ms` must be a list of numbers")
+        return cls(
+            tokens=_typed(d, "tokens", int, where),
+            whole_tps=_number(d, "whole_tps", where),
+            split_tps=_number(d, "split_tps", where),
+            ratio=_number(d, "ratio", where),
+            same_tokens=same if isinstance(same, bool) else None,
+            whole_step_ms=_optional_number(d, "whole_step_ms", where),
+            shard_step_ms=tuple(float(s) for s in steps),
+            round_trip_ms=_optional_number(d, "round_trip_ms", where),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitCost:
+    """One split into `shards` ranges: prefill speeds per prompt length and the decode speed."""
+
+    shards: int
+    prefill: tuple[Speed, ...]
+    decode: Speed
+    split: str | None = None
+    """In-process rows (layer-bench): the ranges, the threads and the repetitions it ran."""
+    threads: int | None = None
+    reps: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "prefill": [p.to_json() for p in self.prefill],
+            "decode": self.decode.to_json(),
+        }
+        for key in ("split", "threads", "reps"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        data["shards"] = self.shards
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> SplitCost:
+        d = _mapping(data, where)
+        prefill = _typed(d, "prefill", list, where)
+        split, threads, reps = d.get("split"), d.get("threads"), d.get("reps")
+        return cls(
+            shards=_typed(d, "shards", int, where),
+            prefill=tuple(Speed.from_json(p, f"{where}.prefill[{i}]") for i, p in enumerate(prefill)),
+            decode=Speed.from_json(d.get("decode"), f"{where}.decode"),
+            split=split if isinstance(split, str) else None,
+            threads=threads if isinstance(threads, int) else None,
+            reps=reps if isinstance(reps, int) else None,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryRow:
+    """One layer range in a fresh process (mmap off): its bytes and their fractions of the whole model's."""
+
+    layers: tuple[int, int]
+    owned_layers: int
+    owned_fraction: float
+    owned_tensor_bytes: int
+    model_bytes: int
+    model_fraction: float
+    kv_bytes: int
+    peak_rss: int
+    kv_fraction: float
+    peak_rss_fraction: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "layers": list(self.layers),
+            "owned_layers": self.owned_layers,
+            "owned_fraction": self.owned_fraction,
+            "owned_tensor_bytes": self.owned_tensor_bytes,
+            "model_bytes": self.model_bytes,
+            "model_fraction": self.model_fraction,
+            "kv_bytes": self.kv_bytes,
+            "peak_rss": self.peak_rss,
+            "kv_fraction": self.kv_fraction,
+            "peak_rss_fraction": self.peak_rss_fraction,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> MemoryRow:
+        d = _mapping(data, where)
+        layers = _typed(d, "layers", list, where)
+        if len(layers) != 2 or not all(isinstance(n, int) for n in layers):
+            raise ConfigError(f"{where}: `layers` must be [begin, end]")
+        return cls(
+            layers=(layers[0], layers[1]),
+            owned_layers=_typed(d, "owned_layers", int, where),
+            owned_fraction=_number(d, "owned_fraction", where),
+            owned_tensor_bytes=_typed(d, "owned_tensor_bytes", int, where),
+            model_bytes=_typed(d, "model_bytes", int, where),
+            model_fraction=_number(d, "model_fraction", where),
+            kv_bytes=_typed(d, "kv_bytes", int, where),
+            peak_rss=_typed(d, "peak_rss", int, where),
+            kv_fraction=_number(d, "kv_fraction", where),
+            peak_rss_fraction=_number(d, "peak_rss_fraction", where),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodecSpeed:
+    """Encode + decode of a residual bundle against memcpy of the same bytes."""
+
+    bytes: int
+    reps: int
+    codec_gbps: float
+    memcpy_gbps: float
+    ratio_to_memcpy: float
+    zero_copy_decode: bool
+    encode_gbps: float | None = None
+    decode_gbps: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"bytes": self.bytes, "reps": self.reps}
+        if self.encode_gbps is not None and self.decode_gbps is not None:
+            data |= {"encode_gbps": self.encode_gbps, "decode_gbps": self.decode_gbps}
+        return data | {
+            "codec_gbps": self.codec_gbps,
+            "memcpy_gbps": self.memcpy_gbps,
+            "ratio_to_memcpy": self.ratio_to_memcpy,
+            "zero_copy_decode": self.zero_copy_decode,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> CodecSpeed:
+        d = _mapping(data, where)
+        return cls(
+            bytes=_typed(d, "bytes", int, where),
+            reps=_typed(d, "reps", int, where),
+            codec_gbps=_number(d, "codec_gbps", where),
+            memcpy_gbps=_number(d, "memcpy_gbps", where),
+            ratio_to_memcpy=_number(d, "ratio_to_memcpy", where),
+            zero_copy_decode=_typed(d, "zero_copy_decode", bool, where),
+            encode_gbps=_optional_number(d, "encode_gbps", where),
+            decode_gbps=_optional_number(d, "decode_gbps", where),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchModel:
+    file: str
+    n_layer: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "n_layer": self.n_layer, "bytes": self.bytes}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> BenchModel:
+        d = _mapping(data, where)
+        return cls(
+            file=_typed(d, "file", str, where),
+            n_layer=_typed(d, "n_layer", int, where),
+            bytes=_typed(d, "bytes", int, where),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchResult:
+    """`bench.json` of `dgr bench` (keys documented in README.md); the summary is derived, never stored."""
+
+    machine: Machine
+    quick: bool
+    inputs_digest: str
+    model: BenchModel
+    hop_bytes_per_token: int
+    in_process: tuple[SplitCost, ...]
+    workers: tuple[SplitCost, ...]
+    memory: tuple[MemoryRow, ...]
+    codec: Mapping[str, CodecSpeed]
+    """"cpp" (the worker's codec) and "python"."""
+    build: Figures
+    fuzz: Figures | None = None
+    chart: str | None = None
+    format: int = BENCH_FORMAT
+
+    def summary(self) -> dict[str, Any]:
+        """The worst ratio of each kind, the targets, and whether each is met."""
+        s: dict[str, Any] = {}
+        if self.in_process:
+            s["in_process_prefill_min_ratio"] = min(p.ratio for r in self.in_process for p in r.prefill)
+            s["in_process_decode_min_ratio"] = min(r.decode.ratio for r in self.in_process)
+        if self.workers:
+            s["workers_prefill_min_ratio"] = min(p.ratio for r in self.workers for p in r.prefill)
+            s["workers_decode_min_ratio"] = min(r.decode.ratio for r in self.workers)
+        if "cpp" in self.codec:
+            s["codec_ratio_to_memcpy"] = self.codec["cpp"].ratio_to_memcpy
+        s["targets"] = dict(TARGETS)
+        s["met"] = {
+            "in_process_prefill": s.get("in_process_prefill_min_ratio", 0) >= TARGETS["in_process_prefill"],
+            "in_process_decode": s.get("in_process_decode_min_ratio", 0) >= TARGETS["in_process_decode"],
+            "workers_decode": s.get("workers_decode_min_ratio", 0) >= TARGETS["workers_decode"],
+            "codec": s.get("codec_ratio_to_memcpy", 0) >= TARGETS["codec"],
+        }
+        return s
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "format": self.format,
+            "machine": self.machine.to_json(),
+            "quick": self.quick,
+            "inputs_digest": self.inputs_digest,
+            "model": self.model.to_json(),
+            "hop_bytes_per_token": self.hop_bytes_per_token,
+            "in_process": [r.to_json() for r in self.in_process],
+            "workers": [r.to_json() for r in self.workers],
+            "memory": [r.to_json() for r in self.memory],
+            "codec": {k: v.to_json() for k, v in self.codec.items()},
+            "build": dict(self.build),
+        }
+        if self.fuzz is not None:
+            data["fuzz"] = dict(self.fuzz)
+        return data | {"summary": self.summary(), "chart": self.chart}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "bench result") -> BenchResult:
+        d = _mapping(data, where)
+        fmt = _typed(d, "format", int, where)
+        if fmt != BENCH_FORMAT:
+            raise ConfigError(f"{where}: format {fmt} is not {BENCH_FORMAT}; run `dgr bench` again")
+
+        def rows(key: str) -> list[Any]:
+            value: list[Any] = _typed(d, key, list, where)
+            return value
+
+        chart = d.get("chart")
+        return cls(
+            machine=Machine.from_json(d.get("machine"), f"{where}.machine"),
+            quick=_typed(d, "quick", bool, where),
+            inputs_digest=_typed(d, "inputs_digest", str, where),
+            model=BenchModel.from_json(d.get("model"), f"{where}.model"),
+            hop_bytes_per_token=_typed(d, "hop_bytes_per_token", int, where),
+            in_process=tuple(
+                SplitCost.from_json(r, f"{where}.in_process[{i}]") for i, r in enumerate(rows("in_process"))
+            ),
+            workers=tuple(
+                SplitCost.from_json(r, f"{where}.workers[{i}]") for i, r in enumerate(rows("workers"))
+            ),
+            memory=tuple(
+                MemoryRow.from_json(r, f"{where}.memory[{i}]") for i, r in enumerate(rows("memory"))
+            ),
+            codec={
+                k: CodecSpeed.from_json(v, f"{where}.codec.{k}")
+                for k, v in _mapping(d.get("codec"), f"{where}.codec").items()
+            },
+            build=_figures(d.get("build", {}), f"{where}.build"),
+            fuzz=_figures(d["fuzz"], f"{where}.fuzz") if "fuzz" in d else None,
+            chart=chart if isinstance(chart, str) else None,
+            format=fmt,
+        )

@@ -19,12 +19,14 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
-from dgr import apisurface, apply, build, gitops, locks, log, package, patchfile, upstream
+from dgr import apisurface, apply, build, gitops, locks, log, package, patchfile, reports, upstream
+from dgr.contracts import GROUPS, Check
 from dgr.digest import sha256_bytes
 from dgr.errors import ApplyError, ConfigError, LintError, UsageError, VerifyError
 from dgr.paths import Cache, Context
@@ -58,78 +60,6 @@ class Exported:
             "report": self.report,
             "files": self.files,
         }
-
-
-# --------------------------------------------------------------------------- the verify report
-
-
-@dataclass(frozen=True)
-class Report:
-    name: str
-    """`reports/<digest>.json`, relative to the cache."""
-    sha256: str
-    data: dict[str, Any]
-
-    @property
-    def checks(self) -> list[dict[str, Any]]:
-        checks: list[dict[str, Any]] = self.data["checks"]
-        return checks
-
-    def group(self, group: str) -> list[dict[str, Any]]:
-        return [c for c in self.checks if c["group"] == group]
-
-
-def _well_formed(check: Any) -> bool:
-    return (
-        isinstance(check, dict)
-        and all(isinstance(check.get(k), str) for k in ("group", "name", "evidence"))
-        and isinstance(check.get("passed"), bool)
-        and isinstance(check.get("figures", {}), dict)
-    )
-
-
-def load_report(cache: Cache, digest: str) -> Report:
-    """The verify report of `digest`; VerifyError unless it exists, passed and covers every group."""
-    name = f"reports/{digest}.json"
-    path = cache.root / name
-    if not path.is_file():
-        raise VerifyError(
-            "there is no verify report for the current inputs",
-            expected=str(path),
-            actual="missing",
-            hint=VERIFY_HINT,
-        )
-    raw = path.read_bytes()
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise VerifyError(f"{path} is not valid JSON ({exc})", hint=VERIFY_HINT) from exc
-    checks = data.get("checks") if isinstance(data, dict) else None
-    if not isinstance(checks, list) or not all(_well_formed(c) for c in checks):
-        raise VerifyError(f"{path} is not a verify report (no well-formed `checks`)", hint=VERIFY_HINT)
-    problems: list[str] = []
-    if data.get("inputs_digest") != digest:
-        problems.append(f"it is for the inputs {data.get('inputs_digest')}, not {digest}")
-    groups = data.get("groups") if isinstance(data.get("groups"), list) else []
-    missing = [
-        g for g in package.VERIFY_GROUPS if g not in groups or not any(c["group"] == g for c in checks)
-    ]
-    if missing:
-        problems.append(
-            f"it does not cover the group(s) {', '.join(missing)} (it ran {', '.join(groups) or 'none'})"
-        )
-    failed = [f"{c['group']}/{c['name']}" for c in checks if not c["passed"]]
-    if failed:
-        problems.append(f"{len(failed)} check(s) failed: {', '.join(failed)}")
-    if data.get("passed") is not True and not failed:
-        problems.append("it is marked as not passed")
-    if problems:
-        raise VerifyError(
-            "the verify report for the current inputs is not a complete pass",
-            detail=f"{path}:\n" + "\n".join(f"- {p}" for p in problems),
-            hint=VERIFY_HINT,
-        )
-    return Report(name, sha256_bytes(raw), data)
 
 
 # --------------------------------------------------------------------------- figures
@@ -298,22 +228,23 @@ def _render(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
     return text.rstrip("\n") + "\n"
 
 
-def _counts(checks: list[dict[str, Any]]) -> dict[str, int]:
+def _counts(checks: Sequence[Check]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for c in checks:
-        counts[c["evidence"]] = counts.get(c["evidence"], 0) + 1
+        counts[c.evidence] = counts.get(c.evidence, 0) + 1
     return dict(sorted(counts.items()))
 
 
-def _evidence(report: Report) -> dict[str, Any]:
+def _evidence(stored: reports.Stored) -> dict[str, Any]:
+    report = stored.report
     checks = [
         {
-            "group": c["group"],
-            "name": c["name"],
-            "evidence": c["evidence"],
-            "passed": c["passed"],
-            "figures": normalized(c.get("figures", {})),
-            "figures_text": "; ".join(f"{k}={fmt(v)}" for k, v in c.get("figures", {}).items()),
+            "group": c.group,
+            "name": c.name,
+            "evidence": c.evidence,
+            "passed": c.passed,
+            "figures": normalized(dict(c.figures)),
+            "figures_text": "; ".join(f"{k}={fmt(v)}" for k, v in c.figures.items()),
         }
         for c in report.checks
     ]
@@ -321,17 +252,17 @@ def _evidence(report: Report) -> dict[str, Any]:
         {
             "name": g,
             "total": len(report.group(g)),
-            "passed": sum(c["passed"] for c in report.group(g)),
+            "passed": sum(c.passed for c in report.group(g)),
             "by_evidence": _counts(report.group(g)),
             "checks": [c for c in checks if c["group"] == g],
         }
-        for g in package.VERIFY_GROUPS
+        for g in GROUPS
     ]
     return {
-        "report": report.name,
-        "report_sha256": report.sha256,
-        "inputs_digest": report.data["inputs_digest"],
-        "baseline_digest": report.data.get("baseline_digest"),
+        "report": stored.name,
+        "report_sha256": stored.sha256,
+        "inputs_digest": report.inputs_digest,
+        "baseline_digest": report.baseline_digest,
         "passed": True,
         "total": len(checks),
         "passed_total": sum(c["passed"] for c in checks),
@@ -449,7 +380,7 @@ def run(ctx: Context, out: Path, mirror: Path | None = None) -> Exported:
                 hint="repair the patch (`dgr edit`, then `dgr export-patches`), or fix the concern's "
                 f"paths in {PACKAGE_DIR}/{CONFIG_FILE}",
             )
-        report = load_report(ctx.cache, plan.digest)
+        report = reports.load_passing(ctx.cache, plan.digest, VERIFY_HINT)
         with log.step("render the package"):
             mails = format_mails(
                 got.repo, pin.commit, applied.commit, names, tmp / "mails", config.drop_trailers
@@ -476,13 +407,14 @@ def _render_all(
     config: package.Config,
     plan: build.Plan,
     series: Series,
-    report: Report,
+    stored: reports.Stored,
     mails: dict[str, str],
     extra: dict[str, Any],
 ) -> dict[str, str]:
     pin = plan.pin
-    evidence = _evidence(report)
-    native = {c["name"]: c for c in report.group("native")}
+    report = stored.report
+    evidence = _evidence(stored)
+    native = {c.name: c.to_json() for c in report.group("native")}
     concerns = []
     for index, (name, mail) in enumerate(zip(series.patches, mails, strict=True), start=1):
         patch, concern = series.patches[name], config.concern(name)
@@ -518,7 +450,7 @@ def _render_all(
                     native[t] | {"time": fmt(native[t]["figures"].get("time_s", ""))} for t in tests
                 ],
                 "group": concern.group,
-                "checks": checks,
+                "checks": [c.to_json() for c in checks],
                 "check_counts": _counts(checks),
             }
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dgr.errors import ConfigError
+
 
 def write_atomic(path: Path, data: bytes) -> None:
     write_all_atomic({path: data})
@@ -24,3 +26,27 @@ def write_all_atomic(files: dict[Path, bytes]) -> None:
     finally:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
+
+
+def writable_dir(path: Path, what: str) -> None:
+    """Create `path` (and its parents) and check that files can be written in it; ConfigError otherwise,
+    naming the path and `what` it is (an option, an environment variable)."""
+    problem = None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".dgr-write-test.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except FileExistsError:
+        problem = "it is a file, not a directory"
+    except NotADirectoryError:
+        problem = "a part of it is a file, not a directory"
+    except PermissionError:
+        problem = "permission denied"
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    if problem:
+        raise ConfigError(
+            f"{what} {path}: cannot write there ({problem})",
+            hint=f"point {what} at a directory you can write to",
+        )

@@ -6,6 +6,7 @@ import re
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from dgr import manifest, patchfile, series
 from dgr.digest import sha256_bytes, sha256_file
@@ -21,10 +22,13 @@ STATUS_HINT = (
 )
 
 
+FindingKind = Literal["lock", "missing", "unused", "duplicate", "unparsable", "digest", "message"]
+
+
 @dataclass(frozen=True)
 class Finding:
     file: str
-    kind: str
+    kind: FindingKind
     problem: str
     hint: str
 

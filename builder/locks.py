@@ -13,7 +13,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import tomli_w
 from dgr.digest import GIT_OID_RE, SHA256_RE
@@ -21,7 +21,8 @@ from dgr.errors import ConfigError
 from dgr.fs import write_atomic
 
 VERSION_RE = re.compile(r"^\d+(\.\d+)*([a-z0-9.+-]*)?$")
-SOURCE_KINDS = ("mirror", "pypi-sdist", "git")
+SourceKind = Literal["mirror", "pypi-sdist", "git"]
+SOURCE_KINDS: tuple[SourceKind, ...] = get_args(SourceKind)
 UPSTREAM_DATE = "upstream.commit_date"
 T = TypeVar("T")
 
@@ -161,7 +162,7 @@ class SdistRef:
 class Source:
     """One way to obtain the upstream commit, tried in lock order."""
 
-    kind: str
+    kind: SourceKind
     url: str = ""
     sdist: SdistRef | None = None
 
@@ -231,11 +232,11 @@ class UpstreamLock:
             src = _Fields(raw, f"{where}.upstream.sources[{i}]", problems)
             kind = src.text("kind")
             if kind == "mirror":
-                sources.append(Source(kind))
+                sources.append(Source("mirror"))
             elif kind == "pypi-sdist":
-                sources.append(Source(kind, sdist=SdistRef.parse(src)))
+                sources.append(Source("pypi-sdist", sdist=SdistRef.parse(src)))
             elif kind == "git":
-                sources.append(Source(kind, url=src.text("url")))
+                sources.append(Source("git", url=src.text("url")))
             elif kind:
                 problems.append(f"{src.where}.kind: {kind!r} is not one of {', '.join(SOURCE_KINDS)}")
         targets: dict[str, RebaseTarget] = {}

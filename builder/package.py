@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from dgr import gitops
+from dgr.contracts import GROUPS, Group
 from dgr.errors import ConfigError, DgrError
 from dgr.locks import read_toml
 
-VERIFY_GROUPS = ("native", "ownership", "boundary", "kv")
-"""The groups of `dgr verify` (verify/cli.py GROUPS); a usable report covers all of them."""
-CONFORMANCE_GROUPS = VERIFY_GROUPS[1:]
+CONFORMANCE_GROUPS: dict[str, Group] = {g: g for g in GROUPS if g != "native"}
+"""The groups a concern can name: every group of `dgr verify` but the native tests (each patch's own)."""
 DEFAULT_API_HEADERS = ("include/*.h", "src/llama-ext.h")
 SUBJECT_MAX = 72
 _BUILD_LINE = re.compile(r"^(?:\.venv/bin/)?\S*dgr (build|verify)$")
@@ -26,7 +26,7 @@ class Concern:
 
     patch: str
     title: str
-    group: str
+    group: Group
     paths: tuple[str, ...]
 
     def allows(self, path: str) -> bool:
@@ -97,14 +97,15 @@ def load_config(path: Path, series: list[str]) -> Config:
         if not isinstance(entry, dict):
             problems.append(f"concerns[{i}]: expected a table")
             continue
-        group = _text(entry, "verify_group", where, problems)
-        if group and group not in CONFORMANCE_GROUPS:
-            problems.append(f"{where}verify_group: {group!r} is not one of {', '.join(CONFORMANCE_GROUPS)}")
+        text = _text(entry, "verify_group", where, problems)
+        group = CONFORMANCE_GROUPS.get(text)
+        if text and group is None:
+            problems.append(f"{where}verify_group: {text!r} is not one of {', '.join(CONFORMANCE_GROUPS)}")
         concerns.append(
             Concern(
                 _text(entry, "patch", where, problems),
                 _text(entry, "title", where, problems),
-                group,
+                group or "ownership",  # only when a problem is reported: the config is refused
                 _strings(entry, "paths", where, problems),
             )
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dgr import apply, gitops, log, patchfile, pypi, upstream
 from dgr.errors import UsageError
@@ -102,12 +102,15 @@ def scratch_repo(where: Path, repos: list[Path]) -> Path:
     return scratch
 
 
+ApplyStatus = Literal["clean", "3-way", "conflict"]
+"""`clean`: plain `git am`; `3-way`: `git am --3way`; `conflict`: neither."""
+
+
 @dataclass
 class PatchReport:
     name: str
     subject: str
-    status: str
-    """"clean" (plain git am), "3-way" (git am --3way), or "conflict"."""
+    status: ApplyStatus
     after_failure: bool
     """An earlier patch conflicted and was skipped: this result is on top of an incomplete series."""
     files: list[str] = field(default_factory=list)

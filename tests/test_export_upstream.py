@@ -18,6 +18,7 @@ import pytest
 import tomli_w
 from dgr import build, package
 from dgr.cli import main
+from dgr.contracts import GROUPS
 from dgr.export import counts_text, fmt, why_paragraphs
 from dgr.paths import Context
 
@@ -33,7 +34,6 @@ from tests.helpers import (
     write_manifest,
 )
 
-GROUPS = ("native", "ownership", "boundary", "kv")
 FIXTURE_CONCERNS = {
     "docs-add-a-fixture-page.patch": ("ownership", ["docs/*.md"]),
     "readme-name-the-cann-vendor.patch": ("boundary", ["README.md"]),
@@ -504,12 +504,6 @@ def test_figures_and_why_are_formatted_deterministically() -> None:
     )
     body = "Why this is needed:\n\n- one\n- two\n\ntests : add a test"
     assert why_paragraphs(body) == "Why this is needed."
-
-
-def test_the_groups_are_those_of_verify() -> None:
-    from dgr.commands import verify as cli
-
-    assert cli.GROUPS == package.VERIFY_GROUPS
 
 
 def test_the_repository_configuration_covers_the_series() -> None:

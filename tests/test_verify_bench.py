@@ -1,54 +1,89 @@
-"""The summary and the text report of `dgr bench`, from a fixed result (no measurement here)."""
+"""The bench result contract, its summary and the text report of `dgr bench`, from fixed results (no
+measurement here)."""
 
 from __future__ import annotations
 
-from dgr.commands import bench as bench_command
-from dgr.verify import bench
+import json
+from typing import Any
 
-RESULT = {
-    "machine": {"date": "2026-11-30T00:00:00Z", "cpu": "test cpu", "cores": 2},
+import pytest
+from dgr.commands import bench as bench_command
+from dgr.contracts import BenchResult
+from dgr.errors import ConfigError
+
+from tests.helpers import ROOT
+
+
+def speed(ratio: float, tokens: int = 64, **extra: Any) -> dict[str, Any]:
+    return {"tokens": tokens, "whole_tps": 100.0, "split_tps": 100.0 * ratio, "ratio": ratio, **extra}
+
+
+def memory_row(begin: int, end: int, fraction: float) -> dict[str, Any]:
+    return {
+        "layers": [begin, end],
+        "owned_layers": end - begin,
+        "owned_fraction": fraction,
+        "owned_tensor_bytes": 2**20,
+        "model_bytes": 2**20,
+        "model_fraction": fraction,
+        "kv_bytes": 2**20,
+        "peak_rss": 2**21,
+        "kv_fraction": fraction,
+        "peak_rss_fraction": fraction,
+    }
+
+
+def codec(gbps: float, ratio: float) -> dict[str, Any]:
+    return {
+        "bytes": 1179648,
+        "reps": 20,
+        "codec_gbps": gbps,
+        "memcpy_gbps": 8.0,
+        "ratio_to_memcpy": ratio,
+        "zero_copy_decode": True,
+    }
+
+
+RESULT: dict[str, Any] = {
+    "format": 1,
+    "machine": {"date": "2026-11-30T00:00:00Z", "cpu": "test cpu", "cores": 2, "platform": "", "python": ""},
     "quick": False,
+    "inputs_digest": "d" * 64,
+    "model": {"file": "m.gguf", "n_layer": 30, "bytes": 2**27},
+    "hop_bytes_per_token": 2304,
     "in_process": [
         {
+            "prefill": [speed(0.99), speed(0.98, 512)],
+            "decode": speed(0.975, same_tokens=True),
+            "split": "0:15,15:30",
+            "threads": 2,
+            "reps": 9,
             "shards": k,
-            "prefill": [{"tokens": 64, "ratio": 0.99}, {"tokens": 512, "ratio": 0.98}],
-            "decode": {"ratio": 0.975},
         }
         for k in (2, 3, 5)
     ],
     "workers": [
         {
+            "prefill": [speed(0.9)],
+            "decode": speed(
+                0.88 if k == 5 else 0.95,
+                same_tokens=True,
+                whole_step_ms=7.5,
+                shard_step_ms=[8.0 / k] * k,
+                round_trip_ms=0.02,
+            ),
             "shards": k,
-            "prefill": [{"tokens": 64, "ratio": 0.9}],
-            "decode": {
-                "ratio": 0.88 if k == 5 else 0.95,
-                "whole_step_ms": 7.5,
-                "shard_step_ms": [8.0 / k] * k,
-                "round_trip_ms": 0.02,
-            },
         }
         for k in (2, 3, 5)
     ],
-    "memory": [
-        {
-            "layers": [0, 30],
-            "owned_fraction": 1.0,
-            "model_bytes": 2**20,
-            "kv_bytes": 2**20,
-            "peak_rss": 2**21,
-            "peak_rss_fraction": 1.0,
-        }
-    ],
-    "codec": {
-        "cpp": {"codec_gbps": 5.0, "memcpy_gbps": 8.0, "ratio_to_memcpy": 0.625},
-        "python": {"codec_gbps": 2.0, "memcpy_gbps": 8.0, "ratio_to_memcpy": 0.25},
-    },
-    "build": {"noop_dgr_s": 0.2, "noop_ninja_s": 0.05},
+    "memory": [memory_row(0, 30, 1.0), memory_row(10, 20, 0.38)],
+    "codec": {"cpp": codec(5.0, 0.625), "python": codec(2.0, 0.25)},
+    "build": {"noop_dgr_s": 0.2, "noop_ninja_s": 0.05, "noop_ratio": 4.0},
 }
 
 
 def test_summary_takes_the_worst_ratio_and_checks_every_target() -> None:
-    s = bench.summarize(RESULT)
+    s = BenchResult.from_json(RESULT).summary()
     assert s["in_process_prefill_min_ratio"] == 0.98
     assert s["workers_decode_min_ratio"] == 0.88
     assert s["met"] == {
@@ -60,8 +95,40 @@ def test_summary_takes_the_worst_ratio_and_checks_every_target() -> None:
 
 
 def test_report_lists_every_measurement() -> None:
-    text = bench_command.report_text({**RESULT, "summary": bench.summarize(RESULT)})
+    text = bench_command.report_text(BenchResult.from_json(RESULT))
     assert "| 5 | 64: 0.990, 512: 0.980 | 0.975 | 64: 0.900 | 0.880 |" in text
     assert "codec: C++ 5.00 GB/s vs memcpy 8.00 (0.62x)" in text
     assert "workers_decode MISSED" in text
     assert "- 5: 7.50 | 1.60 + 1.60 + 1.60 + 1.60 + 1.60 | 0.020" in text
+    assert "| [10, 20) | 0.38 | 1.0 MiB | 1.0 MiB | 2.0 MiB | 0.38 |" in text
+
+
+def test_the_committed_bench_json_reads_back_to_the_same_document() -> None:
+    """docs/bench/bench.json (a real run) is a BenchResult: the same keys, in the same order, and the
+    summary it stored is the one derived from its measurements."""
+    data = json.loads((ROOT / "docs" / "bench" / "bench.json").read_text())
+    again = BenchResult.from_json(data).to_json()
+    assert again == data
+    assert list(again) == list(data)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("format",), 2, "format 2 is not 1"),
+        (("workers", 0, "decode", "ratio"), "fast", "`ratio` is str"),
+        (("memory", 0, "layers"), [0], "`layers` must be [begin, end]"),
+        (("codec", "cpp", "zero_copy_decode"), 1, "`zero_copy_decode` is int"),
+        (("build", "noop_dgr_s"), [1], "is not a number, a string or a flag"),
+    ],
+)
+def test_a_malformed_result_is_refused_naming_the_field(
+    path: tuple[Any, ...], value: Any, message: str
+) -> None:
+    data = json.loads(json.dumps(RESULT))
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        BenchResult.from_json(data)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dgr.contracts import REAL_MODEL, SYNTHETIC, Evidence
 from dgr.verify import synth
-from dgr.verify.report import REAL_MODEL, SYNTHETIC
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Env:
     def synth(self, spec: synth.SynthSpec) -> Path:
         return synth.ensure(spec, self.fixtures)
 
-    def llama_models(self) -> list[tuple[Path, str, str]]:
+    def llama_models(self) -> list[tuple[Path, Evidence, str]]:
         """(path, evidence, label) of the dense-Llama models every split check runs on: the synthetic
         fixtures (untied and tied output) and the locked real model."""
         return [

@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from dgr import proc
+from dgr.contracts import NATIVE, Check
 from dgr.errors import DgrError
-from dgr.verify.report import NATIVE, Check
 
 
 def run(ctest: Path, build_dir: Path) -> list[Check]:
@@ -16,12 +16,12 @@ def run(ctest: Path, build_dir: Path) -> list[Check]:
     if not (build_dir / "CTestTestfile.cmake").is_file():
         return [
             Check(
-                "native",
-                "ctest",
-                NATIVE,
-                False,
-                {},
-                f"{build_dir} has no CTestTestfile.cmake: the build registered no native tests",
+                group="native",
+                name="ctest",
+                evidence=NATIVE,
+                passed=False,
+                figures={},
+                detail=f"{build_dir} has no CTestTestfile.cmake: the build registered no native tests",
             )
         ]
     with tempfile.TemporaryDirectory() as tmp:
@@ -44,12 +44,12 @@ def run(ctest: Path, build_dir: Path) -> list[Check]:
         if not junit.is_file():
             return [
                 Check(
-                    "native",
-                    "ctest",
-                    NATIVE,
-                    False,
-                    {"exit_code": result.returncode},
-                    (result.stdout + result.stderr)[-2000:],
+                    group="native",
+                    name="ctest",
+                    evidence=NATIVE,
+                    passed=False,
+                    figures={"exit_code": result.returncode},
+                    detail=(result.stdout + result.stderr)[-2000:],
                 )
             ]
         root = ET.parse(junit).getroot()
@@ -62,14 +62,23 @@ def run(ctest: Path, build_dir: Path) -> list[Check]:
         output = case.findtext("system-out") or ""
         checks.append(
             Check(
-                "native",
-                case.get("name", "?"),
-                NATIVE,
-                not failed,
-                {"time_s": float(case.get("time", 0.0)), "status": status or "run"},
-                output[-2000:] if failed else "",
+                group="native",
+                name=case.get("name", "?"),
+                evidence=NATIVE,
+                passed=not failed,
+                figures={"time_s": float(case.get("time", 0.0)), "status": status or "run"},
+                detail=output[-2000:] if failed else "",
             )
         )
     if not checks:
-        checks.append(Check("native", "ctest", NATIVE, False, {}, "CTest ran no test"))
+        checks.append(
+            Check(
+                group="native",
+                name="ctest",
+                evidence=NATIVE,
+                passed=False,
+                figures={},
+                detail="CTest ran no test",
+            )
+        )
     return checks

@@ -1,33 +1,19 @@
-"""Check results, the table and the JSON report of `dgr verify`."""
+"""Running checks, and the table and JUnit XML of their results (the report itself: dgr.contracts)."""
 
 from __future__ import annotations
 
 import json
 import traceback
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
-SYNTHETIC = "synthetic fixture"
-REAL_MODEL = "real model"
-NATIVE = "native test"
+from dgr.contracts import Check, Evidence, Group
 
 
-@dataclass
-class Check:
-    group: str  # ownership | boundary | kv | native
-    name: str
-    evidence: str  # SYNTHETIC | REAL_MODEL | NATIVE
-    passed: bool
-    figures: dict[str, Any] = field(default_factory=dict)
-    detail: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def guarded(group: str, name: str, evidence: str, fn: Callable[[], Check | list[Check]]) -> list[Check]:
+def guarded(
+    group: Group, name: str, evidence: Evidence, fn: Callable[[], Check | list[Check]]
+) -> list[Check]:
     """Run a check; an exception (a worker that died, refused or answered wrongly) becomes a failed check
     that names it, so one broken check does not hide the others."""
     try:
@@ -36,12 +22,12 @@ def guarded(group: str, name: str, evidence: str, fn: Callable[[], Check | list[
         where = traceback.extract_tb(exc.__traceback__)[-1]
         return [
             Check(
-                group,
-                name,
-                evidence,
-                False,
-                {},
-                f"{type(exc).__name__}: {exc}\n  at {where.filename}:{where.lineno}",
+                group=group,
+                name=name,
+                evidence=evidence,
+                passed=False,
+                figures={},
+                detail=f"{type(exc).__name__}: {exc}\n  at {where.filename}:{where.lineno}",
             )
         ]
     return result if isinstance(result, list) else [result]
@@ -55,7 +41,7 @@ def matching_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def _figures_text(figures: dict[str, Any], limit: int = 110) -> str:
+def _figures_text(figures: Mapping[str, Any], limit: int = 110) -> str:
     parts = []
     for key, value in figures.items():
         if isinstance(value, float):

@@ -20,7 +20,8 @@ def run(args: argparse.Namespace) -> int:
     )
     result = build.run(ctx, request)
     if args.json:
-        print(json.dumps({**result.manifest, "path": str(result.path), "status": result.status}, indent=2))
+        report = {**result.manifest.to_json(), "path": str(result.path), "status": result.status}
+        print(json.dumps(report, indent=2))
     else:
         print(result.path)
     return EXIT_OK

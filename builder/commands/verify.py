@@ -5,31 +5,33 @@ fixtures; the report is kept in the cache under `reports/<inputs-digest>.json`; 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from typing import Any
 
-from dgr import build, locks, log, model
+from dgr import build, locks, log, model, reports
 from dgr.cmake import Toolchain
+from dgr.contracts import GROUPS, Check, Group, Report
 from dgr.errors import EXIT_OK, UsageError, VerifyError
 from dgr.fs import write_atomic
 from dgr.paths import Context
 from dgr.verify import checks, native
 from dgr.verify.env import Env
-from dgr.verify.report import Check, junit_xml, table
-
-GROUPS = ("native", "ownership", "boundary", "kv")
-REPORT_FORMAT = 1
+from dgr.verify.report import junit_xml, table
 
 
-def groups_of(only: str | None) -> tuple[str, ...]:
-    groups = GROUPS if not only else tuple(g.strip() for g in only.split(",") if g.strip())
-    unknown = [g for g in groups if g not in GROUPS]
-    if unknown or not groups:
-        raise UsageError(f"unknown group(s) in --only {only!r}", hint=f"choose from {', '.join(GROUPS)}")
-    return groups
+def groups_of(only: str | None) -> tuple[Group, ...]:
+    """The groups of `--only`, in the order they run; UsageError naming the unknown ones."""
+    if not only:
+        return GROUPS
+    named = {g.strip() for g in only.split(",") if g.strip()}
+    unknown = sorted(named - set(GROUPS))
+    if unknown or not named:
+        raise UsageError(
+            f"unknown group(s) in --only {only!r}" + (f": {', '.join(unknown)}" if unknown else ""),
+            hint=f"choose from {', '.join(GROUPS)}",
+        )
+    return tuple(g for g in GROUPS if g in named)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,24 +78,18 @@ def run(args: argparse.Namespace) -> int:
                 results += checks.run(group, env)
         durations[group] = round(time.monotonic() - start, 1)
 
-    report: dict[str, Any] = {
-        "format": REPORT_FORMAT,
-        "inputs_digest": patched.manifest["build"]["inputs_digest"],
-        "baseline_digest": baseline.manifest["build"]["inputs_digest"] if baseline else None,
-        "groups": list(groups),
-        "passed": all(c.passed for c in results),
-        "durations_s": durations,
-        "checks": [c.to_json() for c in results],
-    }
-    data = (json.dumps(report, indent=2, default=str) + "\n").encode()
-    reports = ctx.cache.root / "reports"
-    reports.mkdir(parents=True, exist_ok=True)
-    name = patched.manifest["build"]["inputs_digest"] + ("" if groups == GROUPS else "-" + "-".join(groups))
-    write_atomic(reports / f"{name}.json", data)
+    report = Report(
+        inputs_digest=patched.manifest.inputs_digest,
+        baseline_digest=baseline.manifest.inputs_digest if baseline else None,
+        groups=groups,
+        durations_s=durations,
+        checks=tuple(results),
+    )
+    path, data = reports.write(ctx.cache, report)
     if args.junit:
         write_atomic(args.junit, junit_xml(results))
     print(table(results), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         sys.stdout.write(data.decode())
-    log.info(f"report: {reports / f'{name}.json'}")
-    return EXIT_OK if report["passed"] else VerifyError.exit_code
+    log.info(f"report: {path}")
+    return EXIT_OK if report.passed else VerifyError.exit_code

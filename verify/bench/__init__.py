@@ -18,13 +18,12 @@ import datetime as dt
 import os
 import platform
 from pathlib import Path
-from typing import Any
 
-BENCH_FORMAT = 1
-TARGETS = {"in_process_prefill": 0.97, "in_process_decode": 0.97, "workers_decode": 0.90, "codec": 0.5}
+from dgr.contracts import Machine
 
 
-def machine() -> dict[str, Any]:
+def machine() -> Machine:
+    """Where the measurements ran: date (UTC), CPU model, cores, platform, Python."""
     cpu = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -33,33 +32,10 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
-
-
-def summarize(result: dict[str, Any]) -> dict[str, Any]:
-    ip = result.get("in_process", [])
-    wk = result.get("workers", [])
-    cc = result.get("codec", {}).get("cpp", {})
-    s: dict[str, Any] = {}
-    if ip:
-        s["in_process_prefill_min_ratio"] = min(p["ratio"] for r in ip for p in r["prefill"])
-        s["in_process_decode_min_ratio"] = min(r["decode"]["ratio"] for r in ip)
-    if wk:
-        s["workers_prefill_min_ratio"] = min(p["ratio"] for r in wk for p in r["prefill"])
-        s["workers_decode_min_ratio"] = min(r["decode"]["ratio"] for r in wk)
-    if cc:
-        s["codec_ratio_to_memcpy"] = cc["ratio_to_memcpy"]
-    s["targets"] = TARGETS
-    s["met"] = {
-        "in_process_prefill": s.get("in_process_prefill_min_ratio", 0) >= TARGETS["in_process_prefill"],
-        "in_process_decode": s.get("in_process_decode_min_ratio", 0) >= TARGETS["in_process_decode"],
-        "workers_decode": s.get("workers_decode_min_ratio", 0) >= TARGETS["workers_decode"],
-        "codec": s.get("codec_ratio_to_memcpy", 0) >= TARGETS["codec"],
-    }
-    return s
+    return Machine(
+        date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        cpu=cpu,
+        cores=os.cpu_count(),
+        platform=platform.platform(),
+        python=platform.python_version(),
+    )

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from dgr.contracts import CodecSpeed
 from dgr.verify import bundle
 from dgr.verify.bench.split import run_json
 
 
-def measure(bin_dir: Path, quick: bool) -> dict[str, Any]:
+def measure(bin_dir: Path, quick: bool) -> dict[str, CodecSpeed]:
     """Encode + decode of a 512-token residual bundle vs memcpy of the same bytes, C++ and Python."""
     reps = 20 if quick else 200
     cpp = run_json(
@@ -40,12 +40,12 @@ def measure(bin_dir: Path, quick: bool) -> dict[str, Any]:
         t2 = time.perf_counter()
         best_codec, best_copy = min(best_codec, t1 - t0), min(best_copy, t2 - t1)
     gb = residual.nbytes / 1e9
-    py = {
-        "bytes": residual.nbytes,
-        "reps": reps,
-        "codec_gbps": gb / best_codec,
-        "memcpy_gbps": gb / best_copy,
-        "ratio_to_memcpy": best_copy / best_codec,
-        "zero_copy_decode": True,
-    }
-    return {"cpp": cpp, "python": py}
+    py = CodecSpeed(
+        bytes=residual.nbytes,
+        reps=reps,
+        codec_gbps=gb / best_codec,
+        memcpy_gbps=gb / best_copy,
+        ratio_to_memcpy=best_copy / best_codec,
+        zero_copy_decode=True,
+    )
+    return {"cpp": CodecSpeed.from_json(cpp, "layer-bench codec"), "python": py}

@@ -6,7 +6,6 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from dgr import proc
@@ -15,7 +14,7 @@ from dgr.paths import Context
 from dgr.verify import bundle, frames
 
 
-def run(ctx: Context, source_dir: Path, runs: int) -> dict[str, Any]:
+def run(ctx: Context, source_dir: Path, runs: int) -> dict[str, int | float | str | bool]:
     """Build the libFuzzer harness of the worker's decoders with clang and run it."""
     clang = shutil.which("clang++") or shutil.which("clang++-14")
     if clang is None:

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from dgr import log
+from dgr.contracts import MemoryRow
 from dgr.verify import inventory, prompts
 from dgr.verify.client import Worker
 
 
-def measure(worker: Path, model_path: Path, inv: inventory.Inventory, quick: bool) -> list[dict[str, Any]]:
+def measure(worker: Path, model_path: Path, inv: inventory.Inventory, quick: bool) -> tuple[MemoryRow, ...]:
     """Model bytes, KV bytes and peak RSS (mmap off, fresh process, after a 64-token prefill) per range."""
     n = inv.n_layer
     ranges = [(0, n), (10, 11), (10, 13), (10, 15), (10, 20), (5, 25), (0, 10), (20, n)]
     if quick:
         ranges = [(0, n), (10, 20)]
-    out = []
+    measured: list[tuple[int, int, int, int, int, int]] = []
     for begin, end in ranges:
         with Worker(worker, f"mem[{begin},{end})") as w:
             rep = w.request(
@@ -34,26 +35,27 @@ def measure(worker: Path, model_path: Path, inv: inventory.Inventory, quick: boo
                 w.request("decode", tokens=tokens, session="m", epoch=1, pos=0, n_tokens=len(tokens))
             mem = w.request("memory").header
         owned = inv.expected(begin, end)
-        out.append(
-            {
-                "layers": [begin, end],
-                "owned_layers": end - begin,
-                "owned_fraction": (end - begin) / n,
-                "owned_tensor_bytes": inv.bytes_of(owned),
-                "model_bytes": rep["buffer_size"],
-                "model_fraction": rep["buffer_size"] / inv.n_bytes,
-                "kv_bytes": mem["kv_bytes"],
-                "peak_rss": mem["peak_rss"],
-            }
+        row = (begin, end, inv.bytes_of(owned), rep["buffer_size"], mem["kv_bytes"], mem["peak_rss"])
+        measured.append(row)
+    whole = measured[0]
+    return tuple(
+        MemoryRow(
+            layers=(begin, end),
+            owned_layers=end - begin,
+            owned_fraction=(end - begin) / n,
+            owned_tensor_bytes=owned_bytes,
+            model_bytes=model_bytes,
+            model_fraction=model_bytes / inv.n_bytes,
+            kv_bytes=kv_bytes,
+            peak_rss=peak_rss,
+            kv_fraction=kv_bytes / whole[4],
+            peak_rss_fraction=peak_rss / whole[5],
         )
-    whole = out[0]
-    for row in out:
-        row["kv_fraction"] = row["kv_bytes"] / whole["kv_bytes"]
-        row["peak_rss_fraction"] = row["peak_rss"] / whole["peak_rss"]
-    return out
+        for begin, end, owned_bytes, model_bytes, kv_bytes, peak_rss in measured
+    )
 
 
-def chart(rows: list[dict[str, Any]], path: Path) -> Path | None:
+def chart(rows: Sequence[MemoryRow], path: Path) -> Path | None:
     try:
         import matplotlib
 
@@ -62,15 +64,21 @@ def chart(rows: list[dict[str, Any]], path: Path) -> Path | None:
     except ImportError:
         log.warn("matplotlib is not installed: no chart (pip install -e '.[bench]')")
         return None
+    n_layer = max(r.layers[1] for r in rows)
     middle = sorted(
-        (r for r in rows if (r["layers"][0] > 0 and r["layers"][1] < 30) or r["layers"] == [0, 30]),
-        key=lambda r: r["owned_layers"],
+        (r for r in rows if (r.layers[0] > 0 and r.layers[1] < n_layer) or r.layers == (0, n_layer)),
+        key=lambda r: r.owned_layers,
     )
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    x = [r["owned_layers"] for r in middle]
-    for key, label in (("model_bytes", "model buffers"), ("kv_bytes", "KV cache"), ("peak_rss", "peak RSS")):
-        ax.plot(x, [r[key] / 2**20 for r in middle], marker="o", label=label)
-    ax.set_xlabel("owned layers (ranges without the embeddings; 30 = whole model)")
+    x = [r.owned_layers for r in middle]
+    series = {
+        "model buffers": [r.model_bytes for r in middle],
+        "KV cache": [r.kv_bytes for r in middle],
+        "peak RSS": [r.peak_rss for r in middle],
+    }
+    for label, values in series.items():
+        ax.plot(x, [v / 2**20 for v in values], marker="o", label=label)
+    ax.set_xlabel(f"owned layers (ranges without the embeddings; {n_layer} = whole model)")
     ax.set_ylabel("MiB")
     ax.set_title("SmolLM2-135M Q4_1: memory of a layer range (mmap off, n_ctx 1024)")
     ax.grid(alpha=0.3)

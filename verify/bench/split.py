@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr import proc
+from dgr.contracts import Speed, SplitCost
 from dgr.errors import BuildError
 from dgr.verify import inventory, prompts
 from dgr.verify.client import OMP_ENV
@@ -31,7 +32,7 @@ def run_json(cmd: list[str | Path], env: dict[str, str]) -> Any:
 
 def in_process(
     bin_dir: Path, model_path: Path, n_layer: int, quick: bool, threads: int
-) -> list[dict[str, Any]]:
+) -> tuple[SplitCost, ...]:
     """(a) all ranges in one process."""
     prefills, n_decode, reps = _plan(quick)
     out = []
@@ -57,9 +58,8 @@ def in_process(
             ],
             env,
         )
-        res["shards"] = k
-        out.append(res)
-    return out
+        out.append(SplitCost.from_json({**res, "shards": k}, f"layer-bench split --split {split}"))
+    return tuple(out)
 
 
 def _prefill_s(pipe: Pipeline, tokens: list[int], session: str) -> float:
@@ -92,7 +92,7 @@ def _round_trip_ms(pipe: Pipeline, n: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: int) -> list[dict[str, Any]]:
+def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: int) -> tuple[SplitCost, ...]:
     """(b) one worker process per range, bundles over pipes."""
     prefills, n_decode, reps = _plan(quick)
     out = []
@@ -105,20 +105,15 @@ def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: 
         text_tokens = whole.tokenize(prompts.LONG * 8)
         for k in SPLITS:
             with chain(inventory.split(n_layer, k)) as split:
-                row: dict[str, Any] = {"shards": k, "prefill": []}
+                speeds: list[Speed] = []
                 for n in prefills:
                     tokens = (text_tokens * (n // len(text_tokens) + 1))[:n]
                     best = [float("inf"), float("inf")]
                     for r in range(reps):
                         for i, pipe in enumerate((whole, split)):
                             best[i] = min(best[i], _prefill_s(pipe, tokens, f"p{n}-{r}"))
-                    row["prefill"].append(
-                        {
-                            "tokens": n,
-                            "whole_tps": n / best[0],
-                            "split_tps": n / best[1],
-                            "ratio": best[0] / best[1],
-                        }
+                    speeds.append(
+                        Speed(tokens=n, whole_tps=n / best[0], split_tps=n / best[1], ratio=best[0] / best[1])
                     )
                 best = [float("inf"), float("inf")]
                 step_ms: list[list[float]] = [[], []]
@@ -129,17 +124,17 @@ def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: 
                         if t < best[i]:
                             best[i], step_ms[i] = t, [s * 1e3 / n_decode for s in shards]
                     same = same and runs[0][1] == runs[1][1]
-                row["decode"] = {
-                    "tokens": n_decode,
-                    "whole_tps": n_decode / best[0],
-                    "split_tps": n_decode / best[1],
-                    "ratio": best[0] / best[1],
-                    "same_tokens": same,
+                decode = Speed(
+                    tokens=n_decode,
+                    whole_tps=n_decode / best[0],
+                    split_tps=n_decode / best[1],
+                    ratio=best[0] / best[1],
+                    same_tokens=same,
                     # where a decode step's time goes: each worker's request (sent to reply read), and a
                     # request that does no work (the transport and the supervisor alone)
-                    "whole_step_ms": step_ms[0][0],
-                    "shard_step_ms": step_ms[1],
-                    "round_trip_ms": _round_trip_ms(split, 20 if quick else 200),
-                }
-                out.append(row)
-    return out
+                    whole_step_ms=step_ms[0][0],
+                    shard_step_ms=tuple(step_ms[1]),
+                    round_trip_ms=_round_trip_ms(split, 20 if quick else 200),
+                )
+                out.append(SplitCost(shards=k, prefill=tuple(speeds), decode=decode))
+    return tuple(out)

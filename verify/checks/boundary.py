@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+from dgr.contracts import REAL_MODEL, Check, Evidence
 from dgr.verify import bundle, inventory, prompts, synth
 from dgr.verify.client import Worker, WorkerError
 from dgr.verify.env import Env
 from dgr.verify.pipeline import Pipeline
-from dgr.verify.report import REAL_MODEL, Check, guarded, matching_prefix
+from dgr.verify.report import guarded, matching_prefix
 
 SPLITS = (2, 3, 5, 30)
 PREFILL_TOKENS = 64
@@ -28,7 +30,7 @@ def _prefill_tokens(env: Env, pipe: Pipeline, model_is_real: bool) -> list[int]:
     return [int(t) for t in rng.integers(0, synth.LLAMA_UNTIED.n_vocab, PREFILL_TOKENS)]
 
 
-def check_prefill_splits(env: Env, model: Any, evidence: str, label: str) -> list[Check]:
+def check_prefill_splits(env: Env, model: Path, evidence: Evidence, label: str) -> list[Check]:
     """Tail logits of a split prefill vs the unsplit model's, for every token of the prompt."""
     n_layer = inventory.read(model).n_layer
     checks = []
@@ -49,12 +51,12 @@ def check_prefill_splits(env: Env, model: Any, evidence: str, label: str) -> lis
         }
         checks.append(
             Check(
-                "boundary",
-                f"prefill-split-{k}/{label}",
-                evidence,
-                max_abs <= MAX_ABS_LIMIT,
-                figures,
-                "" if max_abs <= MAX_ABS_LIMIT else f"max abs diff {max_abs} > {MAX_ABS_LIMIT}",
+                group="boundary",
+                name=f"prefill-split-{k}/{label}",
+                evidence=evidence,
+                passed=max_abs <= MAX_ABS_LIMIT,
+                figures=figures,
+                detail="" if max_abs <= MAX_ABS_LIMIT else f"max abs diff {max_abs} > {MAX_ABS_LIMIT}",
             )
         )
     return checks
@@ -64,12 +66,12 @@ def check_baseline(env: Env) -> Check:
     """The patched build with no range gives the logits of the upstream build, bit for bit."""
     if env.baseline_worker is None:
         return Check(
-            "boundary",
-            "no-range-vs-upstream/smollm2",
-            REAL_MODEL,
-            False,
-            {},
-            "no upstream baseline build: run `dgr build --upstream-only`",
+            group="boundary",
+            name="no-range-vs-upstream/smollm2",
+            evidence=REAL_MODEL,
+            passed=False,
+            figures={},
+            detail="no upstream baseline build: run `dgr build --upstream-only`",
         )
     results = []
     for binary in (env.worker, env.baseline_worker):
@@ -86,12 +88,12 @@ def check_baseline(env: Env) -> Check:
         "max_abs_diff": float(np.abs(patched - upstream).max()),
     }
     return Check(
-        "boundary",
-        "no-range-vs-upstream/smollm2",
-        REAL_MODEL,
-        exact,
-        figures,
-        "" if exact else "the patched build without a range differs from upstream",
+        group="boundary",
+        name="no-range-vs-upstream/smollm2",
+        evidence=REAL_MODEL,
+        passed=exact,
+        figures=figures,
+        detail="" if exact else "the patched build without a range differs from upstream",
     )
 
 
@@ -112,12 +114,12 @@ def check_generation(env: Env) -> Check:
             if a != b:
                 problems.append(f"prompt {i}: diverges at token {same}")
     return Check(
-        "boundary",
-        "generate-3-workers/smollm2",
-        REAL_MODEL,
-        not problems,
-        {"prompts": len(prompts.GENERATION), "tokens_each": GEN_TOKENS, "matching_tokens": matched},
-        "\n".join(problems),
+        group="boundary",
+        name="generate-3-workers/smollm2",
+        evidence=REAL_MODEL,
+        passed=not problems,
+        figures={"prompts": len(prompts.GENERATION), "tokens_each": GEN_TOKENS, "matching_tokens": matched},
+        detail="\n".join(problems),
     )
 
 
@@ -133,11 +135,11 @@ def check_fragments(env: Env) -> Check:
     exact = bool(np.array_equal(ref, out))
     bundle_bytes = PREFILL_TOKENS * 576 * 4
     return Check(
-        "boundary",
-        "fragmented-bundles/smollm2",
-        REAL_MODEL,
-        exact,
-        {
+        group="boundary",
+        name="fragmented-bundles/smollm2",
+        evidence=REAL_MODEL,
+        passed=exact,
+        figures={
             "max_body": 16 << 10,
             "bundle_bytes": bundle_bytes,
             "fragments_per_bundle": -(-bundle_bytes // (16 << 10)),
@@ -187,12 +189,12 @@ def check_refusals(env: Env) -> Check:
         # the chain still works after the refusals
         middle.request("decode", good, **base)
     return Check(
-        "boundary",
-        "refusals/smollm2",
-        REAL_MODEL,
-        not problems,
-        {"cases": len(cases), "refused": len(cases) - len(problems)},
-        "\n".join(f"{k}: {v}" for k, v in problems.items()),
+        group="boundary",
+        name="refusals/smollm2",
+        evidence=REAL_MODEL,
+        passed=not problems,
+        figures={"cases": len(cases), "refused": len(cases) - len(problems)},
+        detail="\n".join(f"{k}: {v}" for k, v in problems.items()),
     )
 
 
@@ -214,11 +216,11 @@ def check_codec_roundtrip(env: Env) -> Check:
     same = bundle.encode(b.meta, b.tensors) == rep.body
     passed = meta_ok and res.shape == (len(tokens), 576) and same
     return Check(
-        "boundary",
-        "bundle-codec-interop/smollm2",
-        REAL_MODEL,
-        passed,
-        {"bundle_bytes": len(rep.body), "shape": list(res.shape), "reencoded_identical": same},
+        group="boundary",
+        name="bundle-codec-interop/smollm2",
+        evidence=REAL_MODEL,
+        passed=passed,
+        figures={"bundle_bytes": len(rep.body), "shape": list(res.shape), "reencoded_identical": same},
     )
 
 

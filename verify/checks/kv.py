@@ -9,11 +9,12 @@ from collections.abc import Callable
 from functools import partial
 
 import numpy as np
+from dgr.contracts import REAL_MODEL, Check
 from dgr.verify import prompts
 from dgr.verify.client import WorkerError
 from dgr.verify.env import Env
 from dgr.verify.pipeline import Pipeline, ShardFailed
-from dgr.verify.report import REAL_MODEL, Check, guarded, matching_prefix
+from dgr.verify.report import guarded, matching_prefix
 
 THREE = [(0, 10), (10, 20), (20, 30)]
 GEN_TOKENS = 64
@@ -47,12 +48,12 @@ def check_interleaved_sessions(env: Env) -> Check:
     matched = [matching_prefix(r, o) for r, o in zip(refs, outs, strict=True)]
     passed = all(m == GEN_TOKENS for m in matched)
     return Check(
-        "kv",
-        "interleaved-4-sessions/smollm2",
-        REAL_MODEL,
-        passed,
-        {"sessions": len(prompts_tok), "tokens_each": GEN_TOKENS, "matching_tokens": matched},
-        "" if passed else f"sessions diverge from their unsplit runs at tokens {matched}",
+        group="kv",
+        name="interleaved-4-sessions/smollm2",
+        evidence=REAL_MODEL,
+        passed=passed,
+        figures={"sessions": len(prompts_tok), "tokens_each": GEN_TOKENS, "matching_tokens": matched},
+        detail="" if passed else f"sessions diverge from their unsplit runs at tokens {matched}",
     )
 
 
@@ -73,16 +74,16 @@ def check_kv_bytes(env: Env) -> Check:
             if dev > KV_TOLERANCE:
                 problems.append(f"[{begin}, {end}): {got} bytes, expected {want:.0f}")
     return Check(
-        "kv",
-        "kv-bytes-per-shard/smollm2",
-        REAL_MODEL,
-        not problems,
-        {
+        group="kv",
+        name="kv-bytes-per-shard/smollm2",
+        evidence=REAL_MODEL,
+        passed=not problems,
+        figures={
             "whole_kv_bytes": total,
             "shards": per_shard,
             "max_deviation": max(s["deviation"] for s in per_shard),
         },
-        "\n".join(problems),
+        detail="\n".join(problems),
     )
 
 
@@ -105,17 +106,17 @@ def check_truncate(env: Env) -> Check:
     max_abs = float(np.abs(a_first.logits[-1] - b_first.logits[-1]).max())
     passed = a == b and all(r["n_pos"] == n_keep for r in replies)
     return Check(
-        "kv",
-        "truncate-then-continue/smollm2",
-        REAL_MODEL,
-        passed,
-        {
+        group="kv",
+        name="truncate-then-continue/smollm2",
+        evidence=REAL_MODEL,
+        passed=passed,
+        figures={
             "n_keep": n_keep,
             "continued_tokens": len(a),
             "identical_tokens": a == b,
             "first_logits_max_abs_diff": max_abs,
         },
-        "" if passed else f"truncated run {a} differs from fresh prefill {b}",
+        detail="" if passed else f"truncated run {a} differs from fresh prefill {b}",
     )
 
 
@@ -168,7 +169,12 @@ def check_release_evict_miss(env: Env) -> Check:
         if err:
             problems.append(f"unknown newer epoch: {err}")
     return Check(
-        "kv", "release-evict-miss-epoch/smollm2", REAL_MODEL, not problems, figures, "\n".join(problems)
+        group="kv",
+        name="release-evict-miss-epoch/smollm2",
+        evidence=REAL_MODEL,
+        passed=not problems,
+        figures=figures,
+        detail="\n".join(problems),
     )
 
 
@@ -208,12 +214,12 @@ def check_recipes(env: Env) -> Check:
                 if e.code != "incompatible_recipe":
                     problems.append(f"{want}: {e.code}: {e.message}")
     return Check(
-        "kv",
-        "state-recipes/smollm2",
-        REAL_MODEL,
-        not problems,
-        {"states_bytes": [len(s) for s in states], "refused": refusals},
-        "\n".join(problems),
+        group="kv",
+        name="state-recipes/smollm2",
+        evidence=REAL_MODEL,
+        passed=not problems,
+        figures={"states_bytes": [len(s) for s in states], "refused": refusals},
+        detail="\n".join(problems),
     )
 
 
@@ -245,12 +251,12 @@ def check_worker_failure(env: Env) -> Check:
             if mode == "hung":
                 os.kill(victim.pid, signal.SIGKILL)
     return Check(
-        "kv",
-        "worker-failure/smollm2",
-        REAL_MODEL,
-        not problems,
-        {**figures, "deadline_s": FAILURE_DEADLINE},
-        "\n".join(problems),
+        group="kv",
+        name="worker-failure/smollm2",
+        evidence=REAL_MODEL,
+        passed=not problems,
+        figures={**figures, "deadline_s": FAILURE_DEADLINE},
+        detail="\n".join(problems),
     )
 
 

@@ -6,10 +6,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from dgr.contracts import REAL_MODEL, SYNTHETIC, Check, Evidence
 from dgr.verify import inventory, synth
 from dgr.verify.client import Worker, WorkerError
 from dgr.verify.env import Env
-from dgr.verify.report import REAL_MODEL, SYNTHETIC, Check, guarded
+from dgr.verify.report import guarded
 
 SPLITS = (1, 2, 3, 5, 30)
 # the largest deviation allowed between the model buffers a shard allocates and the bytes of its tensors
@@ -21,7 +22,7 @@ def _load(w: Worker, model: Path, begin: int, end: int, mmap: bool) -> dict[str,
     return w.request("load", model=str(model), layer_begin=begin, layer_end=end, mmap=mmap).header
 
 
-def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: str, label: str) -> Check:
+def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: Evidence, label: str) -> Check:
     """Split into k shards: each shard holds exactly its inventory; together they hold the file once."""
     problems: list[str] = []
     shard_tensors: list[int] = []
@@ -86,7 +87,14 @@ def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: str, label
     }
     if inv.tied:
         figures["tied_head_holders"] = holders.get("token_embd.weight", 0)
-    return Check("ownership", f"split-{k}/{label}", evidence, not problems, figures, "\n".join(problems[:20]))
+    return Check(
+        group="ownership",
+        name=f"split-{k}/{label}",
+        evidence=evidence,
+        passed=not problems,
+        figures=figures,
+        detail="\n".join(problems[:20]),
+    )
 
 
 def check_peak_rss(env: Env) -> Check:
@@ -122,7 +130,14 @@ def check_peak_rss(env: Env) -> Check:
         "limit": RSS_RATIO_MAX,
     }
     detail = "" if passed else f"middle range [10, 20): {criterion} {value:.1%}, over {RSS_RATIO_MAX:.0%}"
-    return Check("ownership", "peak-rss-10-layers/smollm2", REAL_MODEL, passed, figures, detail)
+    return Check(
+        group="ownership",
+        name="peak-rss-10-layers/smollm2",
+        evidence=REAL_MODEL,
+        passed=passed,
+        figures=figures,
+        detail=detail,
+    )
 
 
 INVALID_RANGES = {
@@ -151,12 +166,12 @@ def check_invalid_ranges(env: Env) -> Check:
         if rep["layer_end"] != 1:
             problems.append("a valid range after the refusals did not load")
     return Check(
-        "ownership",
-        "invalid-ranges/smollm2",
-        REAL_MODEL,
-        not problems,
-        {"refused": len(messages), "messages": messages},
-        "\n".join(problems),
+        group="ownership",
+        name="invalid-ranges/smollm2",
+        evidence=REAL_MODEL,
+        passed=not problems,
+        figures={"refused": len(messages), "messages": messages},
+        detail="\n".join(problems),
     )
 
 
@@ -176,12 +191,12 @@ def check_uncertified_arch(env: Env) -> Check:
             if "does not support loading a partial layer range" not in e.message:
                 problems.append(f"unexpected error: {e.message!r}")
     return Check(
-        "ownership",
-        "uncertified-arch/qwen2",
-        SYNTHETIC,
-        not problems,
-        {"arch": "qwen2", "message": message},
-        "\n".join(problems),
+        group="ownership",
+        name="uncertified-arch/qwen2",
+        evidence=SYNTHETIC,
+        passed=not problems,
+        figures={"arch": "qwen2", "message": message},
+        detail="\n".join(problems),
     )
 
 
