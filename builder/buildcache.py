@@ -8,8 +8,6 @@ artifact; a mismatch is reported and the broken build removed.
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +17,7 @@ from dgr import log
 from dgr.contracts import BuildManifest
 from dgr.digest import sha256_file
 from dgr.errors import ConfigError
+from dgr.fs import publish_dir, remove_dir
 from dgr.locks import write_toml
 from dgr.paths import Cache
 from filelock import FileLock, Timeout
@@ -87,12 +86,7 @@ class BuildStore:
         return manifest
 
     def remove(self, digest: str) -> None:
-        root = self.path(digest)
-        if root.exists():
-            doomed = self.cache.tmp / f"removed-{digest}.{os.getpid()}"
-            self.cache.tmp.mkdir(parents=True, exist_ok=True)
-            root.rename(doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
+        remove_dir(self.path(digest))
 
     def publish(self, digest: str, fill: Callable[[Path], BuildManifest]) -> BuildManifest:
         """Let `fill` populate a temporary directory and return the manifest; then rename into place."""
@@ -101,10 +95,7 @@ class BuildStore:
             files, links = scan(staging)
             manifest = dataclasses.replace(filled, artifacts=files, links=links)
             write_toml(staging / MANIFEST, manifest.to_json())
-            final = self.path(digest)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            self.remove(digest)
-            staging.rename(final)
+            publish_dir(staging, self.path(digest), replace=True)
         return manifest
 
     @contextmanager

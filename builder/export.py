@@ -29,6 +29,7 @@ from dgr import apisurface, apply, build, gitops, locks, log, package, patchfile
 from dgr.contracts import GROUPS, Check
 from dgr.digest import sha256_bytes
 from dgr.errors import ApplyError, ConfigError, LintError, UsageError, VerifyError
+from dgr.fs import publish_dir
 from dgr.paths import Cache, Context
 from filelock import FileLock
 
@@ -532,7 +533,6 @@ def _publish(cache: Cache, out: Path, data: dict[str, bytes]) -> None:
     """Write into a staging directory next to `out`, then rename it into place."""
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    retired = out.parent / f".{out.name}.old-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
         for path, content in data.items():
@@ -541,14 +541,6 @@ def _publish(cache: Cache, out: Path, data: dict[str, bytes]) -> None:
             target.write_bytes(content)
         with FileLock(cache.lock_file("export-upstream")):
             _refuse_foreign_out(out)
-            if out.exists():
-                out.rename(retired)
-            try:
-                staging.rename(out)
-            except OSError:
-                if retired.exists():
-                    retired.rename(out)
-                raise
+            publish_dir(staging, out, replace=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(retired, ignore_errors=True)

@@ -1,10 +1,14 @@
-"""File-system helpers of the core: writing files and directories so that readers never see half of them."""
+"""File-system helpers of the core: files and directories are published by rename, so that readers never
+see half of them, and cached files are re-hashed before use."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
+from dgr import log
+from dgr.digest import sha256_file
 from dgr.errors import ConfigError
 
 
@@ -26,6 +30,55 @@ def write_all_atomic(files: dict[Path, bytes]) -> None:
     finally:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
+
+
+def _retired(path: Path) -> Path:
+    return path.with_name(f".{path.name}.old-{os.getpid()}")
+
+
+def publish_dir(staging: Path, final: Path, *, replace: bool) -> None:
+    """Rename the complete directory `staging` to `final` (on the same file system).
+
+    replace=True: an existing `final` is renamed aside first and removed once the new one is in place (put
+    back if the rename fails). replace=False: `final` is content-addressed, so one that another process
+    published meanwhile is the same: it is kept and `staging` removed."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    retired = _retired(final)
+    if replace and final.exists():
+        final.rename(retired)
+    try:
+        staging.rename(final)
+    except OSError:
+        if retired.exists():
+            retired.rename(final)
+        elif not replace and final.is_dir():
+            shutil.rmtree(staging, ignore_errors=True)
+            return
+        raise
+    finally:
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+def remove_dir(path: Path) -> None:
+    """Remove a published directory: renamed aside first, so that nobody sees it half removed."""
+    if path.exists():
+        retired = _retired(path)
+        path.rename(retired)
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+def verified_cached(path: Path, sha256: str, what: str) -> Path | None:
+    """`path` when it is a file with the SHA-256 `sha256`; a file that differs is reported and its
+    directory (`<sha256>/`, the cache entry) removed, so that the caller obtains it again; else None."""
+    if not path.is_file():
+        return None
+    actual = sha256_file(path)
+    if actual == sha256:
+        log.info(f"{what}: cached and verified ({path})")
+        return path
+    log.warn(f"cached {what} {path} is broken (expected sha256 {sha256}, actual {actual}); getting it again")
+    remove_dir(path.parent)
+    return None
 
 
 def writable_dir(path: Path, what: str) -> None:

