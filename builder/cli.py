@@ -6,12 +6,13 @@ import argparse
 import importlib
 import signal
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
 from dgr import log
-from dgr.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError
+from dgr.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError, InternalError
 
 EPILOG = "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
 
@@ -34,6 +35,23 @@ def _sanitize(parser: argparse.ArgumentParser) -> None:
         "--sanitize",
         metavar="LIST",
         help="build (or use the build) with sanitizers: address,undefined (llama.cpp, ggml, the worker)",
+    )
+
+
+def positive(text: str) -> int:
+    """A whole number of at least 1 (tokens, threads, context cells, runs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def _threads(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threads", type=positive, default=2, metavar="N", help="threads of every worker (default 2)"
     )
 
 
@@ -116,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML")
-    p.add_argument("--threads", type=int, default=2, help="threads of every worker (default 2)")
+    _threads(p)
     p.add_argument(
         "--upstream", metavar="SPEC", help="verify the port of the series to a locked rebase target"
     )
@@ -137,20 +155,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--quick", action="store_true", help="one repetition, short prompts, no cold builds")
     p.add_argument("--fuzz", action="store_true", help="also fuzz the worker's decoders with libFuzzer")
-    p.add_argument("--fuzz-runs", type=int, default=1_000_000, help="fuzzer executions (default 1,000,000)")
-    p.add_argument("--threads", type=int, default=2, help="threads of every worker (default 2)")
-    p.add_argument("--out", type=Path, help="where bench.json and memory.png go (default: <cache>/bench)")
+    p.add_argument(
+        "--fuzz-runs",
+        type=positive,
+        default=1_000_000,
+        metavar="N",
+        help="fuzzer executions (default 1,000,000)",
+    )
+    _threads(p)
+    p.add_argument(
+        "--ctx",
+        type=positive,
+        default=1024,
+        metavar="N",
+        help="context cells of every worker, one session at a time (default 1024, the README's figures)",
+    )
+    p.add_argument(
+        "--out", type=Path, metavar="DIR", help="where bench.json and memory.png go (default: <cache>/bench)"
+    )
 
     p = command("generate", "greedy generation through a chain of layer-range workers, compared with unsplit")
     p.add_argument("prompt", help="the prompt text")
     p.add_argument(
         "--split",
-        default="0:10,10:20,20:30",
-        help="layer ranges, one worker process each (default 0:10,10:20,20:30; 0:30 is the unsplit run)",
+        metavar="RANGES",
+        help="layer ranges BEGIN:END,..., one worker process each (default: three equal ranges, "
+        "0:10,10:20,20:30 for the locked model; 0:30 is the unsplit run)",
     )
-    p.add_argument("-n", "--n-tokens", type=int, default=32, help="tokens to generate (default 32)")
+    p.add_argument(
+        "-n", "--n-tokens", type=positive, default=32, metavar="N", help="tokens to generate (default 32)"
+    )
+    p.add_argument(
+        "--ctx",
+        type=positive,
+        default=2048,
+        metavar="N",
+        help="context cells of every worker, all for the one session (default 2048): prompt + N must fit",
+    )
+    p.add_argument("--model", type=Path, metavar="PATH", help="a GGUF model file (default: the locked model)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    p.add_argument("--threads", type=int, default=2, help="threads of every worker (default 2)")
+    _threads(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     _mirror(p)
     return parser
@@ -158,6 +202,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
+
+
+def _internal_error(exc: Exception) -> int:
+    message = " ".join(str(exc).split()) or "(no message)"
+    if log.is_verbose():
+        traceback.print_exception(exc, file=sys.stderr)
+        hint = "this is a bug in dgr: please report it with the traceback above"
+    else:
+        hint = "rerun with -v for the traceback"
+    print(InternalError(f"{type(exc).__name__}: {message}", hint=hint).render(), file=sys.stderr)
+    return InternalError.exit_code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -178,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dgr: interrupted; nothing was published", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:  # anything else is a bug of dgr: one line, the traceback only with -v
+        return _internal_error(exc)
     finally:
         signal.signal(signal.SIGTERM, previous)
 

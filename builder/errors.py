@@ -11,7 +11,7 @@ EXIT_INTERRUPTED = 130
 
 
 class DgrError(Exception):
-    """Base class: an expected failure with a clear message (exit 1: generic)."""
+    """Base class: an expected failure with a clear message (exit 1: of no family below)."""
 
     exit_code = 1
     label = "error"
@@ -95,7 +95,8 @@ class ConfigError(DgrError):
 
 
 class VerifyError(DgrError):
-    """Reserved for `dgr verify`: a verification failed (exit 9)."""
+    """A verification failed (`dgr verify`), `dgr generate` differs from the unsplit model, or no passing
+    report exists for the inputs (`export-upstream`, `pin`) (exit 9)."""
 
     exit_code = 9
     label = "verify"
@@ -108,9 +109,58 @@ class NetworkError(DgrError):
     label = "network"
 
 
+class InternalError(DgrError):
+    """An exception dgr did not expect: a bug (exit 11). Only the command line raises it, around every
+    other exception; -v shows the traceback."""
+
+    exit_code = 11
+    label = "internal error"
+
+
+class WorkerRequestError(DgrError):
+    """A layer worker answered a request with an error (exit 12); `code` and `message` are the worker's."""
+
+    exit_code = 12
+    label = "worker"
+
+    def __init__(self, worker: str, op: str, code: str, message: str) -> None:
+        super().__init__(f"{worker}: {op}: {code}: {message}")
+        self.worker = worker
+        self.op = op
+        self.code = code
+        self.message = message
+
+
+class WorkerDiedError(DgrError):
+    """A layer worker exited, closed its pipe, sent garbage or missed a deadline (exit 13)."""
+
+    exit_code = 13
+    label = "worker died"
+
+    def __init__(self, worker: str, reason: str, stderr_tail: str = "") -> None:
+        lines = stderr_tail.splitlines()[-15:]
+        super().__init__(
+            f"{worker}: {reason}",
+            detail="worker stderr:\n" + "\n".join("  " + line for line in lines) if lines else None,
+            hint="rerun with -v for every request; the worker's stderr is above",
+        )
+        self.worker = worker
+        self.reason = reason
+
+
+class ShardFailedError(WorkerDiedError):
+    """A worker of a chain died or missed its deadline; the others released the session (exit 13)."""
+
+    def __init__(self, index: int, layers: tuple[int, int], cause: WorkerDiedError) -> None:
+        super().__init__(f"shard {index} (layers [{layers[0]}, {layers[1]}))", f"failed: {cause.reason}")
+        self.detail = cause.detail
+        self.index = index
+        self.layers = layers
+
+
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "ok",
-    DgrError.exit_code: "generic or unexpected error",
+    DgrError.exit_code: "generic error",
     UsageError.exit_code: "usage",
     IntegrityError.exit_code: "integrity: a digest does not match",
     UpstreamError.exit_code: "upstream: commit/tree mismatch or no source has it",
@@ -120,5 +170,8 @@ EXIT_CODES: dict[int, str] = {
     ConfigError.exit_code: "config: unreadable or invalid locks, series syntax, missing file",
     VerifyError.exit_code: "verify failed",
     NetworkError.exit_code: "network unreachable",
+    InternalError.exit_code: "internal error: a bug (rerun with -v for the traceback)",
+    WorkerRequestError.exit_code: "worker: a layer worker refused a request",
+    WorkerDiedError.exit_code: "worker died: a layer worker exited, hung or broke the protocol",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }

@@ -99,13 +99,30 @@ class Repo:
 def find_cache_root(repo_root: Path | None = None) -> Path:
     """`$DGR_CACHE_DIR`, else the platform's user cache dir; never inside the repository."""
     raw = os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("dgr")
+    what = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the user cache dir"
     root = Path(raw).expanduser().resolve()
     if repo_root is not None and root.is_relative_to(repo_root):
         raise ConfigError(
             f"the cache dir {root} is inside the repository {repo_root}",
             hint=f"set ${CACHE_ENV} to a directory outside the repository",
         )
+    _check_usable(root, what)
     return root
+
+
+def _check_usable(root: Path, what: str) -> None:
+    """The cache dir is a writable directory, or can be created as one (nothing is created here)."""
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    problem = None
+    if not existing.is_dir():
+        problem = "it is a file" if existing == root else f"{existing} is a file"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = "permission denied" if existing == root else f"{existing} is not writable"
+    if problem:
+        raise ConfigError(
+            f"{what} {root} cannot be the cache dir: {problem}",
+            hint=f"set ${CACHE_ENV} to a directory you can write to (it is created when missing)",
+        )
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ class Upstream:
     source: str
 
 
-class _Skip(Exception):
+class _UnavailableSourceError(Exception):
     """This source cannot provide the commit; try the next one."""
 
     def __init__(self, reason: str, *, network: bool = False) -> None:
@@ -96,13 +96,13 @@ def obtain(cache: Cache, pin: Pin, sources: tuple[Source, ...], mirror: Path | N
             except (UpstreamError, OSError) as exc:
                 log.warn(f"cache entry {target} is broken ({exc}); obtaining the upstream again")
                 shutil.rmtree(target)
-        skipped: list[_Skip] = []
+        skipped: list[_UnavailableSourceError] = []
         for source in sources:
             label = _label(source, mirror)
             log.info(f"upstream {pin.short}: trying {label}")
             try:
                 return _from_source(cache, pin, source, mirror, target)
-            except _Skip as skip:
+            except _UnavailableSourceError as skip:
                 log.info(f"upstream {pin.short}: skipped {label}: {skip.reason}")
                 skipped.append(skip)
         tried = "\n".join(f"{_label(s, mirror)}: {k.reason}" for s, k in zip(sources, skipped, strict=True))
@@ -156,7 +156,7 @@ def _fetch(stage: Path, source: str, rev: str, label: str) -> None:
     )
     if result.returncode != 0:
         output = (result.stderr + result.stdout).strip()
-        raise _Skip(
+        raise _UnavailableSourceError(
             f"git fetch failed: {output.splitlines()[-1] if output else 'no output'}",
             network=bool(_NETWORK.search(output)),
         )
@@ -165,11 +165,11 @@ def _fetch(stage: Path, source: str, rev: str, label: str) -> None:
 
 def _fetch_mirror(stage: Path, pin: Pin, mirror: Path | None) -> str:
     if mirror is None:
-        raise _Skip(f"not configured (set ${MIRROR_ENV} or pass --mirror PATH)")
+        raise _UnavailableSourceError(f"not configured (set ${MIRROR_ENV} or pass --mirror PATH)")
     if not mirror.exists():
-        raise _Skip(f"{mirror} does not exist")
+        raise _UnavailableSourceError(f"{mirror} does not exist")
     if gitops.rev_parse(mirror, f"{pin.commit}^{{commit}}") is None:
-        raise _Skip(f"{mirror} does not contain commit {pin.commit}")
+        raise _UnavailableSourceError(f"{mirror} does not contain commit {pin.commit}")
     label = f"mirror {mirror.resolve()}"
     _fetch(stage, str(mirror.resolve()), pin.commit, label)
     return label
@@ -188,7 +188,7 @@ def _fetch_sdist(cache: Cache, stage: Path, sdist: SdistRef, tmp: Path) -> str:
             cache, pypi.Download(sdist.package, sdist.version, sdist.filename, sdist.sha256, False)
         )
     except NetworkError as exc:
-        raise _Skip(exc.what, network=True) from exc
+        raise _UnavailableSourceError(exc.what, network=True) from exc
     git_dir = sdist_git_dir(archive, sdist.subdir, tmp / "sdist")
     label = f"{sdist.spec} (sha256 {sdist.sha256})"
     _fetch(stage, str(git_dir), "HEAD", label)

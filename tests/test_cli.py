@@ -27,12 +27,66 @@ def test_help_lists_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"{code:>5}  " in out
 
 
+def all_subclasses(cls: type[BaseException]) -> list[type[BaseException]]:
+    return [cls, *(c for sub in cls.__subclasses__() for c in all_subclasses(sub))]
+
+
 def test_every_error_class_has_a_documented_code() -> None:
-    classes: list[type[errors.DgrError]] = [errors.DgrError, *errors.DgrError.__subclasses__()]
+    classes = [c for c in all_subclasses(errors.DgrError) if issubclass(c, errors.DgrError)]
     assert {c.exit_code for c in classes} == set(errors.EXIT_CODES) - {0, 130}
-    readme = (ROOT / "README.md").read_text()
+    # the exit-code table of docs/DESIGN.md (README.md's "Exit codes" carries the same rows)
+    design = (ROOT / "docs" / "DESIGN.md").read_text()
     for code, meaning in errors.EXIT_CODES.items():
-        assert f"| {code} |" in readme, meaning
+        assert f"| {code} |" in design, meaning
+
+
+def test_every_error_class_is_named_an_error() -> None:
+    """Every exception class of the package, DgrError's or not (frames, bundles, patch parsing)."""
+
+    names = {c.__name__ for c in all_subclasses(Exception) if c.__module__.split(".")[0] == "dgr"}
+    assert {"WorkerRequestError", "WorkerDiedError", "ShardFailedError", "FrameError", "BundleError"} <= names
+    assert [n for n in names if not n.endswith("Error")] == []
+
+
+def test_worker_errors_have_their_own_codes() -> None:
+    refused = errors.WorkerRequestError(
+        "shard0[0,30)", "decode", "bad_request", "n_tokens must be in [1, 512]"
+    )
+    died = errors.WorkerDiedError("shard1[10,20)", "no reply to 'decode' within 10 s", "line 1\nline 2")
+    failed = errors.ShardFailedError(1, (10, 20), died)
+    assert (refused.exit_code, died.exit_code, failed.exit_code) == (12, 13, 13)
+    assert refused.code == "bad_request" and refused.render() == (
+        "dgr: worker: shard0[0,30): decode: bad_request: n_tokens must be in [1, 512]"
+    )
+    assert failed.render().splitlines()[:4] == [
+        "dgr: worker died: shard 1 (layers [10, 20)): failed: no reply to 'decode' within 10 s",
+        "  worker stderr:",
+        "    line 1",
+        "    line 2",
+    ]
+    assert isinstance(failed, errors.WorkerDiedError) and failed.index == 1
+
+
+def crash(args: object) -> int:
+    raise KeyError("no such thing")
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_an_unexpected_exception_is_an_internal_error(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], verbose: bool
+) -> None:
+    monkeypatch.setattr("dgr.commands.check.run", crash)
+    assert main(["check", *(["-v"] if verbose else [])]) == 11
+    err = capsys.readouterr().err
+    assert "dgr: internal error: KeyError: 'no such thing'" in err
+    if verbose:
+        assert "Traceback (most recent call last)" in err and "in crash" in err
+    else:
+        assert "Traceback" not in err
+        assert err.splitlines() == [
+            "dgr: internal error: KeyError: 'no such thing'",
+            "  next: rerun with -v for the traceback",
+        ]
 
 
 def test_missing_lock_is_8(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dgr.verify import bundle, frames
-from dgr.verify.client import Context, Worker, WorkerError
+from dgr.errors import WorkerRequestError
+from dgr.verify import bundle, frames, prompts
+from dgr.verify.client import Context, Worker
 
 from tests.helpers import ROOT, run_dgr
 
@@ -115,6 +117,45 @@ def test_generate_matches_unsplit(real_cache: Path, real_build: dict[str, Any]) 
     assert out["matches_unsplit"] and len(out["tokens"]) == 12 and out["text"]
 
 
+def long_prompt() -> str:
+    """About 2,000 tokens of SmolLM2's tokenizer: four chunks of the workers' n_batch (512)."""
+    return " ".join([prompts.LONG] * 26)
+
+
+def test_generate_prefills_a_long_prompt_in_chunks(real_cache: Path, real_build: dict[str, Any]) -> None:
+    """A prompt of several batches goes through three workers chunk by chunk and gives exactly the tokens
+    of the unsplit model, which is prefilled the same way."""
+    result = dgr(
+        real_cache,
+        "generate",
+        "--split",
+        "0:10,10:20,20:30",
+        "--ctx",
+        "4096",
+        "-n",
+        "8",
+        "--json",
+        long_prompt(),
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert len(out["prompt_tokens"]) > 3 * 512
+    assert "prefilled in 4 chunk(s) of at most 512" in result.stderr
+    assert out["matches_unsplit"] and out["tokens"] == out["unsplit_tokens"] and len(out["tokens"]) == 8
+
+
+def test_generate_refuses_a_prompt_longer_than_the_context(
+    real_cache: Path, real_build: dict[str, Any]
+) -> None:
+    result = dgr(real_cache, "generate", "--ctx", "1024", "-n", "8", long_prompt())
+    assert result.returncode == 2, result.stderr
+    assert re.search(r"the prompt has \d{4} tokens and -n asks for 8 more: \d{4} positions", result.stderr)
+    assert (
+        "the context holds 1024 (--ctx 1024)" in result.stderr and "raise --ctx to at least" in result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
 def test_generate_refuses_a_split_that_does_not_tile(real_cache: Path, real_build: dict[str, Any]) -> None:
     result = dgr(real_cache, "generate", "--split", "0:10,12:30", "x")
     assert result.returncode == 2
@@ -172,7 +213,7 @@ def test_worker_decoder_refuses_malformed_bundles(worker_bin: Path, real_cache: 
             "unknown dtype": good.replace(b'"dtype":"F32"', b'"dtype":"F64"', 1),
         }
         for name, data in cases.items():
-            with pytest.raises(WorkerError) as info:
+            with pytest.raises(WorkerRequestError) as info:
                 tail.request("decode", data, **fields)
             assert info.value.code in ("bad_bundle", "bundle_mismatch"), name
         reply = tail.request("decode", good, **fields)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr import proc
+from dgr.errors import WorkerDiedError, WorkerRequestError
 from dgr.verify import frames
 
 # OpenMP threads spin for a short while at a barrier, then sleep: spinning keeps a graph's many barriers
@@ -43,29 +44,6 @@ class Context:
             "max_sessions": self.max_sessions,
             "type_k": self.type_k,
         }
-
-
-class WorkerError(Exception):
-    """The worker answered a request with an error."""
-
-    def __init__(self, worker: str, op: str, code: str, message: str) -> None:
-        super().__init__(f"{worker}: {op}: {code}: {message}")
-        self.worker = worker
-        self.op = op
-        self.code = code
-        self.message = message
-
-
-class WorkerDied(Exception):
-    """The worker process exited, closed its pipe or missed a deadline."""
-
-    def __init__(self, worker: str, reason: str, stderr_tail: str = "") -> None:
-        detail = (
-            "\n  worker stderr:\n    " + "\n    ".join(stderr_tail.splitlines()[-15:]) if stderr_tail else ""
-        )
-        super().__init__(f"{worker}: {reason}{detail}")
-        self.worker = worker
-        self.reason = reason
 
 
 class _DeadlineReader:
@@ -124,7 +102,9 @@ class Worker:
             self.proc.stdin.write(data)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
-            raise WorkerDied(self.name, f"cannot write to the worker: {exc}", self.stderr_tail()) from exc
+            raise WorkerDiedError(
+                self.name, f"cannot write to the worker: {exc}", self.stderr_tail()
+            ) from exc
 
     def read_reply(self, op: str, timeout: float | None = None) -> frames.Frame:
         """The next complete message (fragments reassembled), within the deadline."""
@@ -139,14 +119,16 @@ class Worker:
                     if frame is None:
                         continue
             except TimeoutError as exc:
-                raise WorkerDied(
+                raise WorkerDiedError(
                     self.name, f"no reply to '{op}' within {limit:.0f} s", self.stderr_tail()
                 ) from exc
             except frames.FrameError as exc:
-                raise WorkerDied(self.name, f"invalid reply to '{op}': {exc}", self.stderr_tail()) from exc
+                raise WorkerDiedError(
+                    self.name, f"invalid reply to '{op}': {exc}", self.stderr_tail()
+                ) from exc
             if frame is None:
                 code = self.proc.poll()
-                raise WorkerDied(
+                raise WorkerDiedError(
                     self.name,
                     f"the worker closed its output during '{op}' (exit code {code})",
                     self.stderr_tail(),
@@ -160,10 +142,12 @@ class Worker:
         self.send_raw(frames.encode_message({"id": rid, "op": op, **fields}, body, self.max_body))
         reply = self.read_reply(op, timeout)
         if reply.header.get("id") != rid:
-            raise WorkerDied(self.name, f"reply id {reply.header.get('id')} does not match request id {rid}")
+            raise WorkerDiedError(
+                self.name, f"reply id {reply.header.get('id')} does not match request id {rid}"
+            )
         if not reply.header.get("ok"):
             err = reply.header.get("error") or {}
-            raise WorkerError(self.name, op, str(err.get("code")), str(err.get("message")))
+            raise WorkerRequestError(self.name, op, str(err.get("code")), str(err.get("message")))
         return reply
 
     def load(
@@ -185,7 +169,7 @@ class Worker:
 
     def close(self, timeout: float = 10.0) -> None:
         if self.proc.poll() is None:
-            with contextlib.suppress(WorkerDied, WorkerError):
+            with contextlib.suppress(WorkerDiedError, WorkerRequestError):
                 self.request("shutdown", timeout=timeout)
             try:
                 self.proc.wait(timeout=timeout)

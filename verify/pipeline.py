@@ -9,17 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from dgr.verify.client import Context, Worker, WorkerDied, WorkerError
-
-
-class ShardFailed(Exception):
-    """A worker of the chain died or missed its deadline; the others released the session."""
-
-    def __init__(self, index: int, layers: tuple[int, int], reason: str) -> None:
-        super().__init__(f"shard {index} (layers [{layers[0]}, {layers[1]})) failed: {reason}")
-        self.index = index
-        self.layers = layers
-        self.reason = reason
+from dgr.errors import ShardFailedError, WorkerDiedError, WorkerRequestError
+from dgr.verify.client import Context, Worker
 
 
 @dataclass
@@ -83,6 +74,21 @@ class Pipeline:
     def head(self) -> Worker:
         return self.workers[0]
 
+    @property
+    def n_layer(self) -> int:
+        """The model's layer count, as the workers loaded it."""
+        return int(self.info[0]["n_layer"])
+
+    @property
+    def n_batch(self) -> int:
+        """The most tokens one `decode` request may carry (every worker's context has the same)."""
+        return min(int(i["n_batch"]) for i in self.info)
+
+    @property
+    def capacity(self) -> int:
+        """The positions one session holds: n_ctx / max_sessions of the workers' contexts."""
+        return min(int(i["n_ctx"]) // int(i["max_sessions"]) for i in self.info)
+
     def tokenize(self, text: str, chat: bool = False) -> list[int]:
         return list(self.head.request("tokenize", text=text, chat=chat).header["tokens"])
 
@@ -92,20 +98,21 @@ class Pipeline:
     def _call(self, index: int, op: str, body: bytes = b"", **fields: Any) -> Any:
         try:
             return self.workers[index].request(op, body, **fields)
-        except WorkerDied as exc:
+        except WorkerDiedError as exc:
             self._release_others(index, fields.get("session"))
-            raise ShardFailed(index, self.split[index], exc.reason) from exc
+            raise ShardFailedError(index, self.split[index], exc) from exc
 
     def _release_others(self, failed: int, session: str | None) -> None:
         if session is None:
             return
         for i, w in enumerate(self.workers):
             if i != failed and w.proc.poll() is None:
-                with contextlib.suppress(WorkerDied, WorkerError):
+                with contextlib.suppress(WorkerDiedError, WorkerRequestError):
                     w.request("release", session=session, timeout=10.0)
 
     def step(self, session: str, epoch: int, pos: int, tokens: list[int], logits: str = "last") -> StepResult:
-        """Run `tokens` (at positions pos...) through every shard; WorkerError on a refusal (a cache miss)."""
+        """Run `tokens` (at positions pos...) through every shard; WorkerRequestError on a refusal (a cache
+        miss, a batch over n_batch)."""
         body = b""
         evicted: list[list[str]] = []
         seconds: list[float] = []
@@ -134,11 +141,22 @@ class Pipeline:
         )
         return StepResult(list(rep.header["argmax"]), arr, evicted, seconds)
 
+    def prefill(self, session: str, epoch: int, tokens: list[int], logits: str = "last") -> StepResult:
+        """Run a prompt of any length from position 0, in chunks of n_batch tokens: each chunk goes through
+        every range before the next one, positions continue, and only the last chunk asks for `logits`."""
+        if not tokens:
+            raise ValueError("an empty prompt has nothing to prefill")
+        size = self.n_batch
+        chunks = [tokens[i : i + size] for i in range(0, len(tokens), size)]
+        for i, chunk in enumerate(chunks[:-1]):
+            self.step(session, epoch, i * size, chunk, logits="none")
+        return self.step(session, epoch, (len(chunks) - 1) * size, chunks[-1], logits=logits)
+
     def generate(
         self, session: str, epoch: int, prompt: list[int], n: int, stop: set[int] | None = None
     ) -> list[int]:
         """Greedy: prefill the prompt, then feed back the argmax token by token; returns the new tokens."""
-        res = self.step(session, epoch, 0, prompt)
+        res = self.prefill(session, epoch, prompt)
         out = [res.argmax[-1]]
         pos = len(prompt)
         while len(out) < n and not (stop and out[-1] in stop):

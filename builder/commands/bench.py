@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dgr import build, buildtime, locks, log, model
 from dgr.contracts import BenchModel, BenchResult
-from dgr.errors import EXIT_OK, DgrError
+from dgr.errors import EXIT_OK, DgrError, UsageError
 from dgr.fs import writable_dir, write_atomic
 from dgr.paths import Context
 from dgr.verify import inventory
@@ -21,6 +21,11 @@ def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
     out_dir = Path(args.out) if args.out else ctx.cache.root / "bench"
     writable_dir(out_dir, "--out")  # before an hour of measuring, not after
+    if args.ctx < (needed := split.context_needed(args.quick)):
+        raise UsageError(
+            f"--ctx {args.ctx} is too small: the measurements need {needed} positions in one session",
+            hint=f"give --ctx {needed} or more (the default, 1024, is what the README's figures use)",
+        )
     built = build.run(ctx, build.Request())
     bin_dir = built.path / "bin"
     model_path = model.fetch(ctx.cache, locks.load_model(ctx.repo.locks_dir))
@@ -28,9 +33,10 @@ def run(args: argparse.Namespace) -> int:
     with log.step("split cost, all ranges in one process"):
         in_process = split.in_process(bin_dir, model_path, inv.n_layer, args.quick, args.threads)
     with log.step("split cost, one worker process per range"):
-        workers = split.workers(bin_dir / "layer-worker", model_path, inv.n_layer, args.quick, args.threads)
+        worker = bin_dir / "layer-worker"
+        workers = split.workers(worker, model_path, inv.n_layer, args.quick, args.threads, args.ctx)
     with log.step("memory per range"):
-        rows = memory.measure(bin_dir / "layer-worker", model_path, inv, args.quick)
+        rows = memory.measure(worker, model_path, inv, args.quick, args.ctx)
     with log.step("bundle codec"):
         speeds = codec.measure(bin_dir, args.quick)
     with log.step("build timing"):
@@ -39,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if args.fuzz:
         with log.step("fuzz the worker's decoders"):
             fuzzed = fuzz.run(ctx, Path(built.manifest.build.source_dir), args.fuzz_runs)
-    png = memory.chart(rows, out_dir / "memory.png")
+    png = memory.chart(rows, out_dir / "memory.png", model_path.stem, args.ctx)
     result = BenchResult(
         machine=machine(),
         quick=args.quick,

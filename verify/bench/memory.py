@@ -11,8 +11,11 @@ from dgr.verify import inventory, prompts
 from dgr.verify.client import Context, Worker
 
 
-def measure(worker: Path, model_path: Path, inv: inventory.Inventory, quick: bool) -> tuple[MemoryRow, ...]:
-    """Model bytes, KV bytes and peak RSS (mmap off, fresh process, after a 64-token prefill) per range."""
+def measure(
+    worker: Path, model_path: Path, inv: inventory.Inventory, quick: bool, ctx: int = 1024
+) -> tuple[MemoryRow, ...]:
+    """Model bytes, KV bytes (a context of `ctx` cells) and peak RSS (mmap off, fresh process, after a
+    64-token prefill) per range."""
     n = inv.n_layer
     ranges = [(0, n), (10, 11), (10, 13), (10, 15), (10, 20), (5, 25), (0, 10), (20, n)]
     if quick:
@@ -20,7 +23,7 @@ def measure(worker: Path, model_path: Path, inv: inventory.Inventory, quick: boo
     measured: list[tuple[int, int, int, int, int, int]] = []
     for begin, end in ranges:
         with Worker(worker, f"mem[{begin},{end})") as w:
-            rep = w.load(model_path, (begin, end), mmap=False, context=Context(n_ctx=1024, max_sessions=1))
+            rep = w.load(model_path, (begin, end), mmap=False, context=Context(n_ctx=ctx, max_sessions=1))
             tokens = w.request("tokenize", text=prompts.LONG).header["tokens"][:64] if begin == 0 else None
             if tokens is not None:
                 w.request("decode", tokens=tokens, session="m", epoch=1, pos=0, n_tokens=len(tokens))
@@ -46,7 +49,7 @@ def measure(worker: Path, model_path: Path, inv: inventory.Inventory, quick: boo
     )
 
 
-def chart(rows: Sequence[MemoryRow], path: Path) -> Path | None:
+def chart(rows: Sequence[MemoryRow], path: Path, title: str, ctx: int) -> Path | None:
     try:
         import matplotlib
 
@@ -71,7 +74,7 @@ def chart(rows: Sequence[MemoryRow], path: Path) -> Path | None:
         ax.plot(x, [v / 2**20 for v in values], marker="o", label=label)
     ax.set_xlabel(f"owned layers (ranges without the embeddings; {n_layer} = whole model)")
     ax.set_ylabel("MiB")
-    ax.set_title("SmolLM2-135M Q4_1: memory of a layer range (mmap off, n_ctx 1024)")
+    ax.set_title(f"{title}: memory of a layer range (mmap off, n_ctx {ctx})")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -20,9 +20,20 @@ from dgr.verify.pipeline import Pipeline
 SPLITS = (2, 3, 5)
 
 
+DECODE_PROMPT = 16
+"""The prompt length the decode measurements start from."""
+
+
 def _plan(quick: bool) -> tuple[tuple[int, ...], int, int]:
     """Prefill lengths, greedy decode tokens and interleaved repetitions, the same for (a) and (b)."""
     return ((64,), 8, 1) if quick else ((64, 512), 64, 9)
+
+
+def context_needed(quick: bool) -> int:
+    """The positions one session of the worker measurements needs: the longest prefill, or the decode
+    prompt and every decoded token."""
+    prefills, n_decode, _ = _plan(quick)
+    return max(*prefills, DECODE_PROMPT + n_decode)
 
 
 def run_json(cmd: list[str | Path], env: dict[str, str]) -> Any:
@@ -64,7 +75,7 @@ def in_process(
 
 def _prefill_s(pipe: Pipeline, tokens: list[int], session: str) -> float:
     start = time.perf_counter()
-    pipe.step(session, 1, 0, tokens)
+    pipe.prefill(session, 1, tokens)
     return time.perf_counter() - start
 
 
@@ -92,14 +103,16 @@ def _round_trip_ms(pipe: Pipeline, n: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: int) -> tuple[SplitCost, ...]:
-    """(b) one worker process per range, bundles over pipes."""
+def workers(
+    worker: Path, model_path: Path, n_layer: int, quick: bool, threads: int, ctx: int = 1024
+) -> tuple[SplitCost, ...]:
+    """(b) one worker process per range, bundles over pipes, one session at a time with the whole `ctx`."""
     prefills, n_decode, reps = _plan(quick)
     out = []
 
     # one session at a time, with the whole context: room for the 512-token prefill
     def chain(split: list[tuple[int, int]]) -> Pipeline:
-        return Pipeline(worker, model_path, split, threads=threads, n_ctx=1024, max_sessions=1)
+        return Pipeline(worker, model_path, split, threads=threads, n_ctx=ctx, max_sessions=1)
 
     with chain([(0, n_layer)]) as whole:
         text_tokens = whole.tokenize(prompts.LONG * 8)
@@ -119,7 +132,10 @@ def workers(worker: Path, model_path: Path, n_layer: int, quick: bool, threads: 
                 step_ms: list[list[float]] = [[], []]
                 same = True
                 for r in range(reps):
-                    runs = [_decode_s(pipe, text_tokens[:16], n_decode, f"d{r}") for pipe in (whole, split)]
+                    runs = [
+                        _decode_s(pipe, text_tokens[:DECODE_PROMPT], n_decode, f"d{r}")
+                        for pipe in (whole, split)
+                    ]
                     for i, (t, _, shards) in enumerate(runs):
                         if t < best[i]:
                             best[i], step_ms[i] = t, [s * 1e3 / n_decode for s in shards]

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 from dgr.contracts import REAL_MODEL, Check, Evidence
+from dgr.errors import WorkerRequestError
 from dgr.verify import bundle, inventory, prompts, synth
-from dgr.verify.client import Worker, WorkerError
+from dgr.verify.client import Worker
 from dgr.verify.env import Env
 from dgr.verify.pipeline import Pipeline
 from dgr.verify.report import guarded, matching_prefix
@@ -151,7 +152,7 @@ def check_fragments(env: Env) -> Check:
 def _expect_refusal(w: Worker, code: str, phrase: str, body: bytes = b"", **fields: Any) -> str | None:
     try:
         w.request("decode", body, **fields)
-    except WorkerError as e:
+    except WorkerRequestError as e:
         if e.code != code or phrase not in e.message:
             return f"expected {code} mentioning {phrase!r}, got {e.code}: {e.message}"
         return None

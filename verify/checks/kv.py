@@ -10,10 +10,10 @@ from functools import partial
 
 import numpy as np
 from dgr.contracts import REAL_MODEL, Check
+from dgr.errors import ShardFailedError, WorkerRequestError
 from dgr.verify import prompts
-from dgr.verify.client import WorkerError
 from dgr.verify.env import Env
-from dgr.verify.pipeline import Pipeline, ShardFailed
+from dgr.verify.pipeline import Pipeline
 from dgr.verify.report import guarded, matching_prefix
 
 THREE = [(0, 10), (10, 20), (20, 30)]
@@ -25,7 +25,7 @@ FAILURE_DEADLINE = 10.0
 def _refused(fn: Callable[[], object], code: str) -> str | None:
     try:
         fn()
-    except WorkerError as e:
+    except WorkerRequestError as e:
         return None if e.code == code else f"expected {code}, got {e.code}: {e.message}"
     return f"accepted, expected {code}"
 
@@ -209,7 +209,7 @@ def check_recipes(env: Env) -> Check:
             try:
                 w.request("state_load", state, session="x", epoch=1)
                 problems.append(f"{want}: the state was accepted")
-            except WorkerError as e:
+            except WorkerRequestError as e:
                 refusals[want] = e.message.splitlines()[0]
                 if e.code != "incompatible_recipe":
                     problems.append(f"{want}: {e.code}: {e.message}")
@@ -238,7 +238,7 @@ def check_worker_failure(env: Env) -> Check:
             try:
                 split.step("f", 1, len(prompt) + 3, [out[-1]])
                 problems.append(f"{mode}: the step succeeded")
-            except ShardFailed as e:
+            except ShardFailedError as e:
                 elapsed = time.monotonic() - start
                 figures[f"{mode}_detected_s"] = round(elapsed, 3)
                 figures[f"{mode}_shard"] = e.index

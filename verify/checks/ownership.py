@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from dgr.contracts import REAL_MODEL, SYNTHETIC, Check, Evidence
+from dgr.errors import WorkerRequestError
 from dgr.verify import inventory, synth
-from dgr.verify.client import Worker, WorkerError
+from dgr.verify.client import Worker
 from dgr.verify.env import Env
 from dgr.verify.report import guarded
 
@@ -157,7 +158,7 @@ def check_invalid_ranges(env: Env) -> Check:
             try:
                 _load(w, env.model, begin, end, mmap=True)
                 problems.append(f"[{begin}, {end}) was accepted")
-            except WorkerError as e:
+            except WorkerRequestError as e:
                 messages[f"[{begin},{end})"] = e.message.splitlines()[0] if e.message else ""
                 if e.code != "load_failed" or phrase not in e.message:
                     problems.append(f"[{begin}, {end}): {e.code}: {e.message!r} does not say '{phrase}'")
@@ -186,7 +187,7 @@ def check_uncertified_arch(env: Env) -> Check:
         try:
             _load(w, path, 0, 2, mmap=True)
             problems.append("a partial range of qwen2 was accepted")
-        except WorkerError as e:
+        except WorkerRequestError as e:
             message = e.message.splitlines()[0]
             if "does not support loading a partial layer range" not in e.message:
                 problems.append(f"unexpected error: {e.message!r}")
