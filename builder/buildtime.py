@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from dgr import build, gitops, locks, proc
+from dgr import build, buildplan, gitops, locks, proc
 from dgr.cmake import Toolchain
 from dgr.contracts import BuildManifest
 from dgr.errors import BuildError
@@ -27,7 +27,7 @@ def _time(fn: Callable[[], object]) -> float:
 def measure(ctx: Context, quick: bool) -> dict[str, float | str]:
     """dgr build vs plain cmake + ninja of the same targets, in the same run."""
     out: dict[str, float | str] = {}
-    manifest = build.run(ctx, build.Request()).manifest
+    manifest = build.run(ctx, buildplan.Request()).manifest
     env = {**os.environ, "DGR_REPO": str(ctx.repo.root), "DGR_CACHE_DIR": str(ctx.cache.root)}
     # the command as a user runs it: a new process that checks the digests and finds the build published
     noop_dgr = _time(lambda: proc.run([sys.executable, "-m", "dgr", "build"], env=env))
@@ -135,7 +135,7 @@ def edit_rebuild(
         # the edited series is not the user's: its published build goes again
         shutil.rmtree(json.loads(edited.stdout)["path"], ignore_errors=True)
     # the work tree now holds the edited file: put the original back and let ninja rebuild the same files
-    manifest = build.run(ctx, build.Request()).manifest
+    manifest = build.run(ctx, buildplan.Request()).manifest
     src = Path(manifest.build.source_dir)
     gitops.git(["checkout", "--quiet", "--force", "--detach", manifest.patched.commit], cwd=src)
     start = time.perf_counter()

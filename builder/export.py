@@ -15,35 +15,24 @@ Steps (nothing is written unless every one succeeds):
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
-from dgr import apisurface, apply, build, gitops, locks, log, package, patchfile, reports, upstream
-from dgr.contracts import GROUPS, Check
+from dgr import apply, buildplan, gitops, locks, log, package, patchfile, render, reports, upstream
 from dgr.digest import sha256_bytes
-from dgr.errors import ApplyError, ConfigError, LintError, UsageError, VerifyError
+from dgr.errors import ApplyError, ConfigError, LintError, UsageError
 from dgr.fs import publish_dir
+from dgr.mails import Series, format_mails
 from dgr.paths import Cache, Context
 from filelock import FileLock
 
-PACKAGE_DIR = "upstream-package"
+PACKAGE_DIR = render.PACKAGE_DIR
 CONFIG_FILE = "package.toml"
-TEMPLATES_DIR = "templates"
 DEFAULT_OUT = f"{PACKAGE_DIR}/out"
 MANIFEST = "MANIFEST.sha256"
-COVER = "patches/0000-cover-letter.patch"
-MBOX = "series.mbox"
-DOCUMENTS = ("API.md", "OUTREACH.md", "TEST-MAP.md", "EVIDENCE.md")
-VERIFY_HINT = "run `dgr verify` (all groups) for the current inputs, then `dgr export-upstream` again"
-_LIST_ITEM = re.compile(r"^[-*] ")
-_TESTS_PARAGRAPH = re.compile(r"^tests ?: ")
 
 
 @dataclass(frozen=True)
@@ -63,261 +52,7 @@ class Exported:
         }
 
 
-# --------------------------------------------------------------------------- figures
-
-
-def fmt(value: Any, nested: bool = False) -> str:
-    """A figure as text, the same for the same value: floats with 6 significant digits."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return format(value, ".6g")
-    if isinstance(value, int):
-        return str(value)
-    if value is None:
-        return "null"
-    if isinstance(value, list):
-        return "[" + ", ".join(fmt(v, True) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {fmt(v, True)}" for k, v in value.items()) + "}"
-    return json.dumps(str(value), ensure_ascii=False) if nested else str(value)
-
-
-def normalized(value: Any) -> Any:
-    """The figures for evidence.json: floats rounded to 6 significant digits, the rest unchanged."""
-    if isinstance(value, float):
-        return float(format(value, ".6g"))
-    if isinstance(value, list):
-        return [normalized(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): normalized(v) for k, v in value.items()}
-    return value
-
-
-_EVIDENCE_PHRASES = {
-    "native test": ("native test", "native tests"),
-    "real model": ("with a real model", "with a real model"),
-    "synthetic fixture": ("with a synthetic model", "with synthetic models"),
-}
-
-
-def counts_text(counts: dict[str, int]) -> str:
-    """`{"native test": 3, "real model": 22}` -> "3 native tests, 22 with a real model"."""
-    phrases = []
-    for kind, count in counts.items():
-        one, many = _EVIDENCE_PHRASES.get(kind, (kind, kind))
-        phrases.append(f"{count} {one if count == 1 else many}")
-    return ", ".join(phrases)
-
-
-def _cell(text: Any) -> str:
-    """Text for a Markdown table cell."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-# --------------------------------------------------------------------------- patch messages
-
-
-def why_paragraphs(body: str) -> str:
-    """The first paragraphs of a message: those before its first list and its `tests :` paragraph."""
-    kept: list[str] = []
-    for paragraph in body.strip("\n").split("\n\n"):
-        if _LIST_ITEM.match(paragraph) or _TESTS_PARAGRAPH.match(paragraph):
-            break
-        kept.append(paragraph)
-    text = "\n\n".join(kept)
-    return text[:-1] + "." if text.endswith(":") else text
-
-
-def tests_paragraph(body: str) -> str:
-    return next((p for p in body.split("\n\n") if _TESTS_PARAGRAPH.match(p)), "")
-
-
-# --------------------------------------------------------------------------- mails
-
-
-def _drop_trailers(mail: str, keys: tuple[str, ...]) -> str:
-    """Remove the trailers named `keys` (ours, e.g. Upstream-Status) from the message of a mail."""
-    if not keys:
-        return mail
-    head, sep, rest = mail.partition("\n---\n")
-    wanted = {k.lower() for k in keys}
-    lines = [
-        line for line in head.split("\n") if line.split(":", 1)[0].lower() not in wanted or ":" not in line
-    ]
-    while lines and lines[-1] == "":
-        lines.pop()
-    return "\n".join(lines) + sep + rest
-
-
-def _header(mail: str, key: str) -> str:
-    """The raw header line `key:` of a mail, with its continuation lines."""
-    lines = mail.split("\n\n", 1)[0].split("\n")
-    for i, line in enumerate(lines):
-        if line.lower().startswith(key.lower() + ":"):
-            block = [line]
-            for more in lines[i + 1 :]:
-                if more[:1] not in (" ", "\t"):
-                    break
-                block.append(more)
-            return "\n".join(block)
-    raise ApplyError(f"git format-patch wrote a mail without a {key} header")
-
-
-def format_mails(
-    repo: Path, base: str, head: str, names: list[str], where: Path, drop: tuple[str, ...]
-) -> dict[str, str]:
-    """`git format-patch --numbered` of base..head: `patches/NNNN-<patch stem>.patch` -> mail text."""
-    where.mkdir(parents=True)
-    gitops.git(
-        [
-            "format-patch",
-            "--quiet",
-            "--numbered",
-            "--zero-commit",
-            "--no-signature",
-            "--full-index",
-            "--encoding=UTF-8",
-            "-o",
-            where,
-            f"{base}..{head}",
-        ],
-        cwd=repo,
-    )
-    produced = sorted(where.iterdir())
-    if len(produced) != len(names):
-        raise ApplyError(f"git format-patch wrote {len(produced)} mail(s) for {len(names)} patch(es)")
-    return {
-        f"patches/{i:04d}-{Path(name).stem}.patch": _drop_trailers(
-            path.read_text(errors="surrogateescape"), drop
-        )
-        for i, (name, path) in enumerate(zip(names, produced, strict=True), start=1)
-    }
-
-
-# --------------------------------------------------------------------------- rendering
-
-
-def _environment(templates: Path) -> jinja2.Environment:
-    if not templates.is_dir():
-        raise ConfigError(
-            f"{templates}: the templates directory is missing", hint="restore upstream-package/templates/"
-        )
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(templates),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-    env.filters["cell"] = _cell
-    env.filters["fmt"] = fmt
-    env.filters["counts"] = counts_text
-    return env
-
-
-def _render(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
-    try:
-        text = env.get_template(f"{name}.j2").render(context)
-    except jinja2.TemplateNotFound as exc:
-        raise ConfigError(f"template {name}.j2 is missing in {PACKAGE_DIR}/{TEMPLATES_DIR}/") from exc
-    except jinja2.TemplateError as exc:
-        raise ConfigError(
-            f"template {name}.j2: {exc}", hint=f"fix {PACKAGE_DIR}/{TEMPLATES_DIR}/{name}.j2"
-        ) from exc
-    return text.rstrip("\n") + "\n"
-
-
-def _counts(checks: Sequence[Check]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for c in checks:
-        counts[c.evidence] = counts.get(c.evidence, 0) + 1
-    return dict(sorted(counts.items()))
-
-
-def _evidence(stored: reports.Stored) -> dict[str, Any]:
-    report = stored.report
-    checks = [
-        {
-            "group": c.group,
-            "name": c.name,
-            "evidence": c.evidence,
-            "passed": c.passed,
-            "figures": normalized(dict(c.figures)),
-            "figures_text": "; ".join(f"{k}={fmt(v)}" for k, v in c.figures.items()),
-        }
-        for c in report.checks
-    ]
-    groups = [
-        {
-            "name": g,
-            "total": len(report.group(g)),
-            "passed": sum(c.passed for c in report.group(g)),
-            "by_evidence": _counts(report.group(g)),
-            "checks": [c for c in checks if c["group"] == g],
-        }
-        for g in GROUPS
-    ]
-    return {
-        "report": stored.name,
-        "report_sha256": stored.sha256,
-        "inputs_digest": report.inputs_digest,
-        "baseline_digest": report.baseline_digest,
-        "passed": True,
-        "total": len(checks),
-        "passed_total": sum(c["passed"] for c in checks),
-        "by_evidence": _counts(report.checks),
-        "groups": groups,
-        "checks": checks,
-    }
-
-
-def _evidence_json(evidence: dict[str, Any], pin: dict[str, str]) -> str:
-    data = {
-        "format": 1,
-        "pin": pin,
-        "report": {k: evidence[k] for k in ("report", "report_sha256", "inputs_digest", "baseline_digest")},
-        "passed": evidence["passed"],
-        "summary": {
-            "total": evidence["total"],
-            "by_evidence": evidence["by_evidence"],
-            "by_group": {g["name"]: {"total": g["total"], "passed": g["passed"]} for g in evidence["groups"]},
-        },
-        "checks": [
-            {k: c[k] for k in ("group", "name", "evidence", "passed", "figures")} for c in evidence["checks"]
-        ],
-    }
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-
-
-def _shortlog(parsed: list[patchfile.Patch]) -> str:
-    authors: dict[str, list[str]] = {}
-    for p in parsed:
-        authors.setdefault(re.sub(r"\s*<[^>]*>$", "", p.author).strip(), []).append(p.subject)
-    return "\n\n".join(
-        f"{author} ({len(subjects)}):\n" + "\n".join(f"  {s}" for s in subjects)
-        for author, subjects in authors.items()
-    )
-
-
-# --------------------------------------------------------------------------- the command
-
-
-@dataclass(frozen=True)
-class Series:
-    """The series applied on the pin: each patch's text, parsed mail and commit, in series order."""
-
-    git_dir: Path
-    base: str
-    head: str
-    tree: str
-    texts: dict[str, str]
-    patches: dict[str, patchfile.Patch]
-    commits: dict[str, str]
-
-
-def _parse(plan: build.Plan) -> tuple[dict[str, str], dict[str, patchfile.Patch]]:
+def _parse(plan: buildplan.Plan) -> tuple[dict[str, str], dict[str, patchfile.Patch]]:
     texts = {ref.name: ref.path.read_text(errors="surrogateescape") for ref in plan.patches}
     parsed = {}
     for name, text in texts.items():
@@ -346,7 +81,7 @@ def lint(config: package.Config, series: Series) -> list[package.Finding]:
 def run(ctx: Context, out: Path, mirror: Path | None = None) -> Exported:
     repo = ctx.repo
     _refuse_foreign_out(out)
-    plan = build.plan(ctx, build.Request(mirror=mirror))
+    plan = buildplan.plan(ctx, buildplan.Request(mirror=mirror))
     names = [ref.name for ref in plan.patches]
     if not names:
         raise UsageError("the series is empty: there is nothing to send upstream")
@@ -360,7 +95,7 @@ def run(ctx: Context, out: Path, mirror: Path | None = None) -> Exported:
             "package": f"{model.package}=={model.version}",
         },
     }
-    env = _environment(repo.root / PACKAGE_DIR / TEMPLATES_DIR)
+    env = render.environment(repo.root / PACKAGE_DIR / render.TEMPLATES_DIR)
     texts, parsed = _parse(plan)
     pin = plan.pin
     with log.step(f"obtain upstream {pin.short}"):
@@ -381,15 +116,15 @@ def run(ctx: Context, out: Path, mirror: Path | None = None) -> Exported:
                 hint="repair the patch (`dgr edit`, then `dgr export-patches`), or fix the concern's "
                 f"paths in {PACKAGE_DIR}/{CONFIG_FILE}",
             )
-        report = reports.load_passing(ctx.cache, plan.digest, VERIFY_HINT)
+        report = reports.load_passing(ctx.cache, plan.digest, render.VERIFY_HINT)
         with log.step("render the package"):
             mails = format_mails(
                 got.repo, pin.commit, applied.commit, names, tmp / "mails", config.drop_trailers
             )
-            files = _render_all(env, config, plan, series, report, mails, extra)
+            files = render.render_all(env, config, plan, series, report, mails, extra)
         _self_check(series, mails, identity, tmp)
-        problems = package.scan_prose(COVER, files[COVER], config.deny_words)
-        for name in DOCUMENTS:
+        problems = package.scan_prose(render.COVER, files[render.COVER], config.deny_words)
+        for name in render.DOCUMENTS:
             problems += package.scan_prose(name, files[name], config.deny_words)
         if problems:
             raise LintError(
@@ -401,95 +136,6 @@ def run(ctx: Context, out: Path, mirror: Path | None = None) -> Exported:
     data[MANIFEST] = "".join(f"{sha256_bytes(data[p])}  {p}\n" for p in sorted(data)).encode()
     _publish(ctx.cache, out, data)
     return Exported(out, {p: sha256_bytes(data[p]) for p in sorted(data)}, plan.digest, report.name)
-
-
-def _render_all(
-    env: jinja2.Environment,
-    config: package.Config,
-    plan: build.Plan,
-    series: Series,
-    stored: reports.Stored,
-    mails: dict[str, str],
-    extra: dict[str, Any],
-) -> dict[str, str]:
-    pin = plan.pin
-    report = stored.report
-    evidence = _evidence(stored)
-    native = {c.name: c.to_json() for c in report.group("native")}
-    concerns = []
-    for index, (name, mail) in enumerate(zip(series.patches, mails, strict=True), start=1):
-        patch, concern = series.patches[name], config.concern(name)
-        assert concern is not None  # load_config checked it
-        tests = build.native_tests([patch])
-        missing = [t for t in tests if t not in native]
-        if missing:
-            raise VerifyError(
-                f"patches/{name} adds the native test(s) {', '.join(missing)}, which the verify report lacks",
-                hint=VERIFY_HINT,
-            )
-        headers = []
-        for header, added in sorted(apisurface.added_lines(series.texts[name]).items()):
-            if not any(package.glob_match(g, header) for g in config.api_headers):
-                continue
-            post = gitops.out(["show", f"{series.commits[name]}:{header}"], cwd=series.git_dir)
-            items = apisurface.surface(header, added, post)
-            if items:
-                headers.append({"path": header, "decls": items, "code": apisurface.block(items)})
-        checks = report.group(concern.group)
-        concerns.append(
-            {
-                "index": index,
-                "patch": name,
-                "mail": mail,
-                "title": concern.title,
-                "subject": patch.subject,
-                "why": why_paragraphs(patch.body),
-                "tests_note": tests_paragraph(patch.body),
-                "files": sorted({f.path for f in patch.files}),
-                "headers": headers,
-                "native_tests": [
-                    native[t] | {"time": fmt(native[t]["figures"].get("time_s", ""))} for t in tests
-                ],
-                "group": concern.group,
-                "checks": [c.to_json() for c in checks],
-                "check_counts": _counts(checks),
-            }
-        )
-    pin_info = {
-        "repo": plan.upstream_lock.repo,
-        "commit": pin.commit,
-        "short": pin.short,
-        "tree": pin.tree,
-        "date": pin.commit_date.isoformat(),
-    }
-    first_mail = next(iter(mails.values()))
-    context: dict[str, Any] = {
-        "title": config.title,
-        "summary": config.summary.strip("\n"),
-        "why": config.why.strip("\n"),
-        "pin": pin_info,
-        "n": len(mails),
-        "concerns": concerns,
-        "evidence": evidence,
-        "mails": list(mails),
-        "mbox": MBOX,
-        "cover": COVER,
-        "from_header": _header(first_mail, "From"),
-        "date_header": _header(first_mail, "Date"),
-        "shortlog": _shortlog(list(series.patches.values())),
-        "diffstat": gitops.git(
-            ["diff", "--stat=72", "--summary", series.base, series.head], cwd=series.git_dir
-        ).stdout.rstrip("\n"),
-        "questions": config.questions,
-        "api_headers": config.api_headers,
-        **extra,
-    }
-    files: dict[str, str] = {COVER: _render(env, "cover-letter.patch", context), **mails}
-    files[MBOX] = "".join(files[p] for p in [COVER, *mails])
-    for name in DOCUMENTS:
-        files[name] = _render(env, name, context)
-    files["evidence.json"] = _evidence_json(evidence, pin_info)
-    return files
 
 
 def _self_check(series: Series, mails: dict[str, str], identity: gitops.Identity, tmp: Path) -> None:

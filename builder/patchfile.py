@@ -137,3 +137,24 @@ def parse(text: str) -> Patch:
 
 def load(path: Path) -> Patch:
     return parse(path.read_text(errors="surrogateescape"))
+
+
+# --------------------------------------------------------------------------- the paragraphs of a message
+
+_LIST_ITEM = re.compile(r"^[-*] ")
+_TESTS_PARAGRAPH = re.compile(r"^tests ?: ")
+
+
+def why_paragraphs(body: str) -> str:
+    """The first paragraphs of a message: those before its first list and its `tests :` paragraph."""
+    kept: list[str] = []
+    for paragraph in body.strip("\n").split("\n\n"):
+        if _LIST_ITEM.match(paragraph) or _TESTS_PARAGRAPH.match(paragraph):
+            break
+        kept.append(paragraph)
+    text = "\n\n".join(kept)
+    return text[:-1] + "." if text.endswith(":") else text
+
+
+def tests_paragraph(body: str) -> str:
+    return next((p for p in body.split("\n\n") if _TESTS_PARAGRAPH.match(p)), "")

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from dgr import build, patchfile
+from dgr import build, buildplan, patchfile
 from dgr.cli import main
 from dgr.cmake import Compiler, Toolchain
 from dgr.paths import Context
@@ -33,29 +33,29 @@ index 1111111..2222222 100644
 
 
 def test_native_tests_from_added_lines() -> None:
-    assert build.native_tests([patchfile.parse(ADDS_TESTS)]) == ("test-layer-range", "test-bundle-v1")
+    assert buildplan.native_tests([patchfile.parse(ADDS_TESTS)]) == ("test-layer-range", "test-bundle-v1")
 
 
 def test_fixture_series_adds_no_native_tests() -> None:
     patches = [patchfile.load(p) for p in sorted((FIXTURES / "series" / "patches").iterdir())]
-    assert build.native_tests(patches) == ()
+    assert buildplan.native_tests(patches) == ()
 
 
-def digest(request: build.Request | None = None) -> str:
-    return build.plan(Context.discover(), request or build.Request()).digest
+def digest(request: buildplan.Request | None = None) -> str:
+    return buildplan.plan(Context.discover(), request or buildplan.Request()).digest
 
 
 def test_digest_is_stable_and_input_sensitive(repo: Path) -> None:
     first = digest()
     assert digest() == first
-    baseline = digest(build.Request(upstream_only=True))
+    baseline = digest(buildplan.Request(upstream_only=True))
     assert baseline != first
     patch = repo / "patches" / "docs-add-a-fixture-page.patch"
     patch.write_text(patch.read_text().replace("A page added by a patch.", "A page added by the patch."))
     write_manifest(repo)
     assert digest() != first
     # the baseline does not depend on the series
-    assert digest(build.Request(upstream_only=True)) == baseline
+    assert digest(buildplan.Request(upstream_only=True)) == baseline
 
 
 def test_worker_sources_enter_the_digest(repo: Path) -> None:
@@ -66,12 +66,12 @@ def test_worker_sources_enter_the_digest(repo: Path) -> None:
     (repo / "verify" / "worker" / "main.cpp").write_text("int main() { return 0; }\n")
     assert digest() != with_worker
     # the baseline builds the worker too (against the unpatched API), so its sources enter its digest
-    baseline = build.plan(Context.discover(), build.Request(upstream_only=True))
+    baseline = buildplan.plan(Context.discover(), buildplan.Request(upstream_only=True))
     assert set(baseline.worker_files) == {"CMakeLists.txt", "main.cpp"}
 
 
 def test_definitions_fix_build_commit_and_map_paths(repo: Path) -> None:
-    plan = build.plan(Context.discover(), build.Request())
+    plan = buildplan.plan(Context.discover(), buildplan.Request())
     defs = plan.inputs["cmake_options"]
     assert defs["LLAMA_BUILD_COMMIT"].endswith("-p3")
     assert defs["LLAMA_BUILD_NUMBER"] == "0"

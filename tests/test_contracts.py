@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from dgr import build
+from dgr import buildplan
 from dgr.buildcache import MANIFEST, BuildStore
 from dgr.contracts import (
     GROUPS,
@@ -82,10 +82,10 @@ def test_a_malformed_report_is_refused_naming_the_field(change: dict[str, Any], 
 def test_records_take_keywords_only() -> None:
     with pytest.raises(TypeError):
         Check("kv", "x", "real model", True)  # type: ignore[misc]  # the point: positional is refused
-    fields = [f.name for f in dataclasses.fields(build.Plan)]
+    fields = [f.name for f in dataclasses.fields(buildplan.Plan)]
     assert len(fields) == 11
     with pytest.raises(TypeError):
-        build.Plan(*fields)  # type: ignore[misc]  # the point: positional is refused
+        buildplan.Plan(*fields)  # type: ignore[misc]  # the point: positional is refused
 
 
 def manifest() -> BuildManifest:

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 import tomli_w
-from dgr import build, package
+from dgr import buildplan, package
 from dgr.cli import main
 from dgr.contracts import GROUPS
-from dgr.export import counts_text, fmt, why_paragraphs
+from dgr.figures import counts_text, fmt
+from dgr.patchfile import why_paragraphs
 from dgr.paths import Context
 
 from tests.helpers import (
@@ -66,7 +67,7 @@ def write_package(repo: Path, concerns: dict[str, tuple[str, list[str]]], **extr
 
 def write_report(passed: bool = True, groups: tuple[str, ...] = GROUPS, native: tuple[str, ...] = ()) -> Path:
     """A well-formed verify report for the current inputs, in the test's cache."""
-    digest = build.plan(Context.discover(), build.Request()).digest
+    digest = buildplan.plan(Context.discover(), buildplan.Request()).digest
     checks = [
         {
             "group": group,

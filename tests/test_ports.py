@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from dgr import build, manifest
+from dgr import buildplan, cmakedefs, manifest
 from dgr.cli import main
 from dgr.errors import IntegrityError, UsageError
 from dgr.paths import Context, Repo
@@ -83,16 +83,16 @@ def test_matrix_and_onto_are_exclusive(repo: Path, capsys: pytest.CaptureFixture
 
 
 def test_sanitizers_are_parsed_strictly() -> None:
-    assert build.parse_sanitizers("undefined,address") == ("address", "undefined")
-    assert build.parse_sanitizers(None) == ()
+    assert buildplan.parse_sanitizers("undefined,address") == ("address", "undefined")
+    assert buildplan.parse_sanitizers(None) == ()
     with pytest.raises(UsageError, match="unknown sanitizer"):
-        build.parse_sanitizers("address,thread")
+        buildplan.parse_sanitizers("address,thread")
 
 
 def test_a_sanitized_build_has_its_own_digest_and_flags(repo: Path) -> None:
     ctx = Context.discover()
-    plain = build.plan(ctx, build.Request())
-    asan = build.plan(ctx, build.Request(sanitize=("address", "undefined")))
+    plain = buildplan.plan(ctx, buildplan.Request())
+    asan = buildplan.plan(ctx, buildplan.Request(sanitize=("address", "undefined")))
     assert asan.digest != plain.digest
     assert asan.flavor == "patched+address+undefined"
     opts = asan.inputs["cmake_options"]
@@ -101,6 +101,6 @@ def test_a_sanitized_build_has_its_own_digest_and_flags(repo: Path) -> None:
     # instrumented code compiles at -O1 (llama.cpp and the worker); a normal build keeps its own flags
     assert opts["CMAKE_CXX_FLAGS_RELEASE"] == opts["CMAKE_C_FLAGS_RELEASE"] == "-O1 -DNDEBUG"
     assert "CMAKE_CXX_FLAGS_RELEASE" not in plain.inputs["cmake_options"]
-    worker = build.worker_definitions(asan.toolchain_lock, ("address", "undefined"))
+    worker = cmakedefs.worker_definitions(asan.toolchain_lock, ("address", "undefined"))
     assert worker["CMAKE_CXX_FLAGS_RELEASE"] == "-O1 -DNDEBUG"
     assert "-fsanitize=address,undefined" in worker["CMAKE_CXX_FLAGS"]

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from dgr import build, buildtime, locks, log, model
+from dgr import build, buildplan, buildtime, locks, log, model
 from dgr.contracts import BenchModel, BenchResult
 from dgr.errors import EXIT_OK, DgrError, UsageError
 from dgr.fs import writable_dir, write_atomic
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
             f"--ctx {args.ctx} is too small: the measurements need {needed} positions in one session",
             hint=f"give --ctx {needed} or more (the default, 1024, is what the README's figures use)",
         )
-    built = build.run(ctx, build.Request())
+    built = build.run(ctx, buildplan.Request())
     bin_dir = built.path / "bin"
     model_path = model.fetch(ctx.cache, locks.load_model(ctx.repo.locks_dir))
     inv = inventory.read(model_path)

@@ -5,18 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 
-from dgr import build
+from dgr import build, buildplan
 from dgr.errors import EXIT_OK
 from dgr.paths import Context
 
 
 def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
-    request = build.Request(
+    request = buildplan.Request(
         upstream_only=args.upstream_only,
         mirror=args.mirror,
         upstream=args.upstream,
-        sanitize=build.parse_sanitizers(args.sanitize),
+        sanitize=buildplan.parse_sanitizers(args.sanitize),
     )
     result = build.run(ctx, request)
     if args.json:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dgr import build, locks, log, model
+from dgr import build, buildplan, locks, log, model
 from dgr.errors import EXIT_OK, ConfigError, UsageError, VerifyError
 from dgr.paths import Context
 from dgr.verify import inventory
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         model_path = model.fetch(ctx.cache, locks.load_model(ctx.repo.locks_dir))
         n_layer = model_layers(model_path)
     split = ranges_of(args.split, n_layer)  # before the build: a split past the last layer is refused now
-    worker = build.run(ctx, build.Request(mirror=args.mirror)).path / "bin" / "layer-worker"
+    worker = build.run(ctx, buildplan.Request(mirror=args.mirror)).path / "bin" / "layer-worker"
     whole_model = [(0, n_layer)]
     # one session per worker: it gets the whole context (a worker gives each session n_ctx / max_sessions)
     with Pipeline(worker, model_path, split, threads=args.threads, n_ctx=args.ctx, max_sessions=1) as pipe:

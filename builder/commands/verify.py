@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from dgr import build, locks, log, model, reports
+from dgr import build, buildplan, locks, log, model, reports
 from dgr.cmake import Toolchain
 from dgr.contracts import GROUPS, Check, Group, Report
 from dgr.errors import EXIT_OK, UsageError, VerifyError
@@ -36,17 +36,19 @@ def groups_of(only: str | None) -> tuple[Group, ...]:
 
 def run(args: argparse.Namespace) -> int:
     groups = groups_of(args.only)
-    sanitize = build.parse_sanitizers(args.sanitize)
+    sanitize = buildplan.parse_sanitizers(args.sanitize)
     if sanitize:
         # a finding of a sanitizer fails the test or the request instead of scrolling by
         os.environ.setdefault("ASAN_OPTIONS", "halt_on_error=1:detect_leaks=1")
         os.environ.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
     ctx = Context.discover()
-    patched = build.run(ctx, build.Request(mirror=args.mirror, upstream=args.upstream, sanitize=sanitize))
+    patched = build.run(ctx, buildplan.Request(mirror=args.mirror, upstream=args.upstream, sanitize=sanitize))
     baseline = (
         build.run(
             ctx,
-            build.Request(upstream_only=True, mirror=args.mirror, upstream=args.upstream, sanitize=sanitize),
+            buildplan.Request(
+                upstream_only=True, mirror=args.mirror, upstream=args.upstream, sanitize=sanitize
+            ),
         )
         if "boundary" in groups
         else None

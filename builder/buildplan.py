@@ -1,0 +1,150 @@
+"""Steps 1 and 2 of `dgr build`: what a build depends on, known before any tree is touched.
+
+The series and every patch are verified against their manifest first (before anything is parsed or
+built); then the inputs digest is computed over the canonical JSON of everything the build depends on
+(see docs/DESIGN.md, "Inputs digest"), with the CMake definitions of dgr.cmakedefs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dgr import apply, locks, log, patchfile
+from dgr.cmake import Toolchain
+from dgr.cmakedefs import llama_definitions, worker_definitions
+from dgr.digest import sha256_canonical, sha256_file
+from dgr.errors import UsageError
+from dgr.paths import Context
+from dgr.upstream import select
+
+INPUTS_FORMAT = 1
+_BUILD_AND_TEST = re.compile(r"llama_build_and_test\s*\(([^)]*)\)")
+
+
+@dataclass(frozen=True)
+class Request:
+    upstream_only: bool = False
+    mirror: Path | None = None
+    upstream: str | None = None
+    """A locked rebase target to build on instead of the pin (None: the pin)."""
+    sanitize: tuple[str, ...] = ()
+    """Sanitizers to build with: "address", "undefined" (llama.cpp, ggml and the worker)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """Everything the build depends on, known before any tree is touched."""
+
+    request: Request
+    upstream_lock: locks.UpstreamLock
+    pin: locks.Pin
+    sources: tuple[locks.Source, ...]
+    toolchain_lock: locks.ToolchainLock
+    toolchain: Toolchain
+    patches: tuple[apply.PatchRef, ...]
+    native_tests: tuple[str, ...]
+    worker_files: dict[str, str]
+    inputs: dict[str, Any]
+    digest: str
+
+    @property
+    def targets(self) -> list[str]:
+        return [*self.toolchain_lock.base_targets, *self.native_tests]
+
+    @property
+    def flavor(self) -> str:
+        flavor = "upstream-only" if self.request.upstream_only else "patched"
+        return flavor + "".join(f"+{s}" for s in self.request.sanitize)
+
+
+def native_tests(patches: list[patchfile.Patch]) -> tuple[str, ...]:
+    """Test targets the patches add with `llama_build_and_test(<file>.cpp [NAME n] ...)`."""
+    found: list[str] = []
+    for patch in patches:
+        diff = patch.file("tests/CMakeLists.txt")
+        if diff is None:
+            continue
+        added = "\n".join(line.split("#", 1)[0] for line in diff.added)
+        for match in _BUILD_AND_TEST.finditer(added):
+            args = match.group(1).split()
+            if not args:
+                continue
+            name = args[args.index("NAME") + 1] if "NAME" in args[:-1] else Path(args[0]).stem
+            found.append(name)
+    return tuple(dict.fromkeys(found))
+
+
+def _worker_files(ctx: Context) -> dict[str, str]:
+    root = ctx.repo.worker_dir
+    if not (root / "CMakeLists.txt").is_file():
+        return {}
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+SANITIZERS = ("address", "undefined")
+
+
+def parse_sanitizers(text: str | None) -> tuple[str, ...]:
+    """`address,undefined` -> ("address", "undefined"); UsageError on anything else."""
+    if not text:
+        return ()
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in SANITIZERS]
+    if unknown or not names:
+        raise UsageError(
+            f"unknown sanitizer(s) in --sanitize {text!r}", hint=f"choose from {', '.join(SANITIZERS)}"
+        )
+    return tuple(n for n in SANITIZERS if n in names)
+
+
+def plan(ctx: Context, request: Request) -> Plan:
+    """Steps 1 and 2: verify the manifest (before anything else) and compute the inputs digest."""
+    upstream_lock = locks.load_upstream(ctx.repo.locks_dir)
+    pin, sources = select(upstream_lock, request.upstream)
+    # on a rebase target with a port of the series, the port is built
+    target = upstream_lock.rebase_targets.get(request.upstream or "")
+    repo = ctx.repo.for_port(target.port if target else None)
+    patch_refs: list[apply.PatchRef] = []
+    parsed: list[patchfile.Patch] = []
+    if not request.upstream_only:
+        with log.step(f"verify series and patches against {repo.rel(repo.manifest_file)}"):
+            patch_refs = apply.verified_series(repo)
+            parsed = [patchfile.load(ref.path) for ref in patch_refs]
+            log.detail(f"{len(patch_refs)} patch(es), all digests match")
+    toolchain_lock = locks.load_toolchain(repo.locks_dir)
+    toolchain = Toolchain.find(toolchain_lock)
+    tests = native_tests(parsed)
+    # the worker is built for the baseline too: it detects the API of the tree it builds against
+    worker = _worker_files(ctx)
+    lock_files = [repo.locks_dir / "upstream.toml", repo.locks_dir / "toolchain.toml"]
+    if not request.upstream_only:
+        lock_files.append(repo.manifest_file)
+    inputs: dict[str, Any] = {
+        "format": INPUTS_FORMAT,
+        "upstream_only": request.upstream_only,
+        "upstream": {"commit": pin.commit, "tree": pin.tree},
+        "locks": {repo.rel(path).removeprefix("locks/"): path.read_text() for path in lock_files},
+        "series": "" if request.upstream_only else repo.series_file.read_text(),
+        "patches": [[ref.name, ref.sha256] for ref in patch_refs],
+        "worker": worker,
+        "toolchain": toolchain.identity(),
+        "cmake_options": llama_definitions(toolchain_lock, pin, len(patch_refs), request.sanitize),
+        "worker_options": worker_definitions(toolchain_lock, request.sanitize) if worker else {},
+        "targets": [*toolchain_lock.base_targets, *tests],
+    }
+    return Plan(
+        request=request,
+        upstream_lock=upstream_lock,
+        pin=pin,
+        sources=sources,
+        toolchain_lock=toolchain_lock,
+        toolchain=toolchain,
+        patches=tuple(patch_refs),
+        native_tests=tests,
+        worker_files=worker,
+        inputs=inputs,
+        digest=sha256_canonical(inputs),
+    )
