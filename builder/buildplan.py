@@ -20,7 +20,8 @@ from dgr.errors import UsageError
 from dgr.paths import Context
 from dgr.upstream import select
 
-INPUTS_FORMAT = 1
+INPUTS_FORMAT = 2
+"""2: the upstream as commit, tree and date (not the text of locks/upstream.toml), no manifest text."""
 _BUILD_AND_TEST = re.compile(r"llama_build_and_test\s*\(([^)]*)\)")
 
 
@@ -119,14 +120,16 @@ def plan(ctx: Context, request: Request) -> Plan:
     tests = native_tests(parsed)
     # the worker is built for the baseline too: it detects the API of the tree it builds against
     worker = _worker_files(ctx)
-    lock_files = [repo.locks_dir / "upstream.toml", repo.locks_dir / "toolchain.toml"]
-    if not request.upstream_only:
-        lock_files.append(repo.manifest_file)
+    # What the build depends on, and nothing of the bookkeeping around it: of locks/upstream.toml only the
+    # upstream built on (its date is SOURCE_DATE_EPOCH and the committer date), not its sources or the
+    # other targets; of the manifest nothing beyond the series and patch digests (it was just checked to
+    # match them), not where the files live. So a port verified on its target (`--upstream`) and the same
+    # series once `dgr pin` made it the series of the pin have one inputs digest, and one report.
     inputs: dict[str, Any] = {
         "format": INPUTS_FORMAT,
         "upstream_only": request.upstream_only,
-        "upstream": {"commit": pin.commit, "tree": pin.tree},
-        "locks": {repo.rel(path).removeprefix("locks/"): path.read_text() for path in lock_files},
+        "upstream": {"commit": pin.commit, "tree": pin.tree, "commit_date": pin.commit_date.isoformat()},
+        "locks": {"toolchain.toml": (repo.locks_dir / "toolchain.toml").read_text()},
         "series": "" if request.upstream_only else repo.series_file.read_text(),
         "patches": [[ref.name, ref.sha256] for ref in patch_refs],
         "worker": worker,

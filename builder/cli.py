@@ -126,6 +126,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     _mirror(p)
 
+    p = command(
+        "pin",
+        "move the pin to another upstream: its port becomes the series (else the series is rebased), "
+        "with a passing verify report for the result; all files at once",
+    )
+    p.add_argument(
+        "--to",
+        required=True,
+        metavar="SPEC",
+        help="a locked rebase target (pypi:llama-cpp-python==VERSION), pypi:NAME==VERSION, a path to a "
+        "llama.cpp git tree, or a commit in the mirror",
+    )
+    _mirror(p)
+
     p = command("verify", "run the native tests and the conformance checks against the published build")
     p.add_argument(
         "--only",

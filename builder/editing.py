@@ -155,16 +155,15 @@ class Export:
         return changed + [f"patches/{name} (removed)" for name in self.removed]
 
     def write(self) -> None:
-        """Write every changed file to a temporary file, rename them all, then delete removed patches."""
+        """Write every changed file and delete the removed patches, all or nothing (dgr.fs)."""
         write_all_atomic(
             {
                 path: data
                 for path, data in self.files().items()
                 if not path.is_file() or path.read_bytes() != data
-            }
+            },
+            removes=[self.repo.patches_dir / name for name in self.removed],
         )
-        for name in self.removed:
-            (self.repo.patches_dir / name).unlink(missing_ok=True)
 
 
 def export(repo: Repo, edit_dir: Path) -> Export:

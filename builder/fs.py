@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dgr import log
@@ -16,20 +17,51 @@ def write_atomic(path: Path, data: bytes) -> None:
     write_all_atomic({path: data})
 
 
-def write_all_atomic(files: dict[Path, bytes]) -> None:
-    """Write every file to a temporary sibling first, then rename them all into place."""
+def write_all_atomic(files: Mapping[Path, bytes], removes: Iterable[Path] = ()) -> None:
+    """Write every file of `files` and remove every file of `removes`, all or nothing.
+
+    Every new file is written to a temporary sibling first; then the files replaced or removed are renamed
+    aside, the new ones renamed into place, and only then the old ones deleted. On any failure (Ctrl-C
+    included) what was renamed is put back: the files are as they were."""
+    pid = os.getpid()
     staged: list[tuple[Path, Path]] = []
+    aside: list[tuple[Path, Path]] = []
+    placed: list[Path] = []
     try:
         for path, data in files.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp = path.with_name(f".{path.name}.{pid}.tmp")
             staged.append((tmp, path))
             tmp.write_bytes(data)
+        for path in dict.fromkeys([*files, *removes]):
+            if path.is_file() or path.is_symlink():
+                old = path.with_name(f".{path.name}.{pid}.old")
+                path.rename(old)
+                aside.append((old, path))
         for tmp, path in staged:
-            tmp.replace(path)
+            tmp.rename(path)
+            placed.append(path)
+    except BaseException:
+        for path in placed:
+            path.unlink(missing_ok=True)
+        for old, path in reversed(aside):
+            old.rename(path)
+        raise
     finally:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
+    for old, _ in aside:
+        old.unlink(missing_ok=True)
+
+
+def prune_empty_dirs(paths: Iterable[Path], stop: Path) -> None:
+    """Remove the directories of `paths` that are empty, and their empty parents, up to `stop`."""
+    for path in paths:
+        for directory in [path, *path.parents]:
+            if directory == stop or not directory.is_relative_to(stop):
+                break
+            if directory.is_dir() and not any(directory.iterdir()):
+                directory.rmdir()
 
 
 def _retired(path: Path) -> Path:

@@ -48,9 +48,14 @@ def read_toml(path: Path) -> dict[str, Any]:
         ) from exc
 
 
+def dumps(data: dict[str, Any]) -> bytes:
+    """The bytes of a lock file for `data`: what tomli-w writes (the committed files are exactly that)."""
+    return tomli_w.dumps(data).encode()
+
+
 def write_toml(path: Path, data: dict[str, Any]) -> None:
     """Write `data` with tomli-w to a temporary file, then rename it into place."""
-    write_atomic(path, tomli_w.dumps(data).encode())
+    write_atomic(path, dumps(data))
 
 
 class _Fields:

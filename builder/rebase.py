@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from dgr import apply, gitops, log, patchfile, pypi, upstream
 from dgr.errors import UsageError
-from dgr.locks import Pin, UpstreamLock
+from dgr.locks import Pin, SdistRef, UpstreamLock
 from dgr.paths import Cache
 
 _PYPI = re.compile(r"^pypi:([A-Za-z0-9._-]+)==([A-Za-z0-9.+!-]+)$")
@@ -34,6 +34,8 @@ class Onto:
     tree: str
     source: str
     verified: bool
+    sdist: SdistRef | None = None
+    """The sdist that carries the commit (for an unlocked pypi: spec, as downloaded now)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,10 +51,11 @@ def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tm
     """Obtain SOURCE: verified when it is a locked target, else staged under `tmp` (unverified)."""
     if spec in lock.rebase_targets:
         pin, sources = upstream.select(lock, spec)
-        got = upstream.obtain(cache, pin, sources)
-        return Onto(spec, got.repo, pin.commit, pin.tree, got.source, True)
+        got = upstream.obtain(cache, pin, sources, mirror)
+        return Onto(spec, got.repo, pin.commit, pin.tree, got.source, True, lock.rebase_targets[spec].sdist)
     stage = tmp / "onto.git"
     gitops.init_bare(stage)
+    sdist: SdistRef | None = None
     if match := _PYPI.match(spec):
         package, version = match.groups()
         log.warn(f"{spec} has no entry in locks/upstream.toml [rebase.targets]: its sdist is UNVERIFIED")
@@ -60,6 +63,8 @@ def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tm
         archive = pypi.fetch(cache, pypi.Download(package, version, filename, None, False))
         source, rev = str(upstream.sdist_git_dir(archive, DEFAULT_SUBDIR, tmp / "sdist")), "HEAD"
         label = f"{spec} (unverified sdist)"
+        # downloads/<sha256>/<file>: the digest it is filed under is the one it has
+        sdist = SdistRef(package, version, filename, archive.parent.name, DEFAULT_SUBDIR)
     elif Path(spec).exists():
         source, rev, label = str(Path(spec).resolve()), "HEAD", f"git tree {Path(spec).resolve()}"
     elif _HEX.match(spec):
@@ -72,7 +77,7 @@ def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tm
         source, rev, label = str(where.resolve()), spec, f"mirror {where.resolve()}"
     else:
         raise UsageError(
-            f"cannot resolve --onto {spec!r}",
+            f"cannot resolve {spec!r} as an upstream",
             hint="use a locked target (" + ", ".join(lock.rebase_targets) + "), pypi:NAME==VERSION, "
             "a path to a llama.cpp git tree, or a commit in the mirror",
         )
@@ -84,7 +89,7 @@ def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tm
     )
     commit = gitops.out(["rev-parse", upstream.VERIFIED_REF], cwd=stage)
     tree = gitops.out(["rev-parse", f"{commit}^{{tree}}"], cwd=stage)
-    return Onto(spec, stage, commit, tree, label, False)
+    return Onto(spec, stage, commit, tree, label, False, sdist)
 
 
 def scratch_repo(where: Path, repos: list[Path]) -> Path:

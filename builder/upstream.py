@@ -82,7 +82,8 @@ def select(lock: UpstreamLock, spec: str | None) -> tuple[Pin, tuple[Source, ...
             hint="use one of the targets in locks/upstream.toml [rebase.targets]: "
             + (", ".join(lock.rebase_targets) or "(none)"),
         )
-    return target.pin, (Source("pypi-sdist", sdist=target.sdist),)
+    # the mirror first, as for the pin: a local repository that has the commit needs no download
+    return target.pin, (Source("mirror"), Source("pypi-sdist", sdist=target.sdist))
 
 
 def obtain(cache: Cache, pin: Pin, sources: tuple[Source, ...], mirror: Path | None = None) -> Upstream:
@@ -113,6 +114,18 @@ def obtain(cache: Cache, pin: Pin, sources: tuple[Source, ...], mirror: Path | N
             hint=f"set ${MIRROR_ENV} or pass --mirror PATH (a llama.cpp git repository holding "
             f"{pin.commit}), or restore network access",
         )
+
+
+def adopt(cache: Cache, staged: Path, pin: Pin, label: str) -> Upstream:
+    """Publish a repository staged in the cache's tmp/ (by rebase-check's resolve) as the verified upstream
+    of `pin`: checked like every source (commit and tree), then renamed into `upstream/<commit>.git`."""
+    target = cache.upstream_repo(pin.commit)
+    with FileLock(cache.lock_file(f"upstream-{pin.commit}")):
+        if not target.is_dir():
+            verify(staged, pin, label)
+            (staged / SOURCE_NOTE).write_text(label + "\n")
+            publish_dir(staged, target, replace=False)
+    return Upstream(target, pin, label)
 
 
 def _label(source: Source, mirror: Path | None) -> str:

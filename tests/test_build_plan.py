@@ -58,6 +58,22 @@ def test_digest_is_stable_and_input_sensitive(repo: Path) -> None:
     assert digest(buildplan.Request(upstream_only=True)) == baseline
 
 
+def test_bookkeeping_does_not_enter_the_digest(repo: Path) -> None:
+    """The lock's sources and rebase targets, and where the manifest says the series lives, change no
+    build: they leave the digest as it is; the pinned commit's date does not."""
+    first = digest()
+    lock = repo / "locks" / "upstream.toml"
+    text = lock.read_text()
+    lock.write_text(
+        text.replace('url = "http://127.0.0.1:9/llama.cpp.git"', 'url = "http://example.invalid/x"')
+    )
+    assert digest() == first
+    lock.write_text(
+        text.replace("commit_date = 2026-08-16T14:53:13+02:00", "commit_date = 2026-08-16T14:53:14+02:00")
+    )
+    assert digest() != first
+
+
 def test_worker_sources_enter_the_digest(repo: Path) -> None:
     without = digest()
     shutil.copytree(FIXTURES / "worker", repo / "verify" / "worker")

@@ -61,4 +61,4 @@ def test_edit_onto_stops_at_the_conflict(
 
 def test_unknown_onto(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rebase-check", "--onto", "no such thing"]) == 2
-    assert "cannot resolve --onto" in capsys.readouterr().err
+    assert "cannot resolve 'no such thing' as an upstream" in capsys.readouterr().err
