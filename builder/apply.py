@@ -89,7 +89,7 @@ def am(worktree: Path, patch: Path, identity: Identity, *, three_way: bool = Fal
 def apply_series(repo: Path, base: str, patches: list[PatchRef], identity: Identity, where: Path) -> Applied:
     """Apply every patch on `base` in a fresh temporary worktree; ApplyError naming files and hunks."""
     if not patches:
-        return Applied(base, gitops.out(["rev-parse", f"{base}^{{tree}}"], cwd=repo), ())
+        return Applied(base, gitops.repo(repo).commit(base).tree.hexsha, ())
     commits: list[tuple[str, str]] = []
     with (
         log.step(f"apply {len(patches)} patch(es) with git am onto {base[:12]}"),
@@ -103,10 +103,10 @@ def apply_series(repo: Path, base: str, patches: list[PatchRef], identity: Ident
                     detail="\n".join(r.describe() for r in rejections) or "git am failed (no detail)",
                     hint=EDIT_HINT,
                 )
-            commits.append((patch.name, gitops.out(["rev-parse", "HEAD"], cwd=worktree)))
+            commits.append((patch.name, gitops.head(worktree)[0]))
             log.detail(f"applied {patch.name} -> {commits[-1][1][:12]}")
-        head = gitops.out(["rev-parse", "HEAD", "HEAD^{tree}"], cwd=worktree).split()
-    return Applied(head[0], head[1], tuple(commits))
+        commit, tree = gitops.head(worktree)
+    return Applied(commit, tree, tuple(commits))
 
 
 def diagnose(worktree: Path, patch: Path) -> list[Rejection]:

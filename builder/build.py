@@ -143,11 +143,8 @@ def _checkout(repo: Path, src: Path, commit: str) -> None:
     """Bring the persistent work tree to `commit`, touching only files that differ."""
     if (src / ".git").exists():
         # we hold the build lock: an index.lock here was left by an interrupted build
-        index_lock = gitops.out(
-            ["rev-parse", "--path-format=absolute", "--git-path", "index.lock"], cwd=src, check=False
-        )
-        if index_lock:
-            Path(index_lock).unlink(missing_ok=True)
+        if (own := gitops.git_dir(src)) is not None:
+            (own / "index.lock").unlink(missing_ok=True)
         moved = gitops.git(["checkout", "--quiet", "--force", "--detach", commit], cwd=src, check=False)
         if moved.returncode == 0:
             gitops.git(["clean", "-fdxq"], cwd=src)

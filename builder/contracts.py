@@ -108,11 +108,6 @@ class Report:
     def group(self, group: Group) -> list[Check]:
         return [c for c in self.checks if c.group == group]
 
-    @property
-    def complete(self) -> bool:
-        """Every group ran and has at least one check."""
-        return all(g in self.groups and self.group(g) for g in GROUPS)
-
     def problems(self, digest: str) -> list[str]:
         """Why this is not a complete pass for the inputs `digest` (empty: it is one)."""
         found: list[str] = []

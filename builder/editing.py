@@ -40,7 +40,8 @@ FORMAT_PATCH_FLAGS = (
 
 
 def format_patch(worktree: Path, commit: str) -> bytes:
-    return gitops.git(["format-patch", "-1", *FORMAT_PATCH_FLAGS, commit], cwd=worktree).stdout.encode()
+    # git's own mail, byte for byte: gitpython has no format-patch of its own
+    return gitops.git(["format-patch", "-1", *FORMAT_PATCH_FLAGS, commit], cwd=worktree).output
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,7 @@ def create(
         _require_reusable(edit_dir, repo)
     else:
         edit_dir.mkdir(parents=True, exist_ok=True)
-        gitops.git(["init", "--quiet", edit_dir])
-        gitops.git(["config", "gc.auto", "0"], cwd=edit_dir)
+        gitops.init(edit_dir)
     gitops.git(
         ["fetch", "--quiet", "--no-tags", "--depth=1", base.pin_repo, "refs/dgr/upstream:refs/patches/pin"],
         cwd=edit_dir,
@@ -170,13 +170,14 @@ def export(repo: Repo, edit_dir: Path) -> Export:
     """Format the commits `refs/patches/upstream-head..HEAD` of the edit tree as the series."""
     if gitops.rev_parse(edit_dir, BASE_REF) is None:
         raise UsageError(f"{edit_dir} has no {BASE_REF}: not a dgr edit tree", hint="run `dgr edit` first")
-    merges = gitops.out(["rev-list", "--merges", f"{BASE_REF}..HEAD"], cwd=edit_dir)
+    history = list(gitops.commits(edit_dir, f"{BASE_REF}..HEAD"))
+    merges = [c.hexsha for c in history if len(c.parents) > 1]
     if merges:
         raise UsageError(
-            f"{edit_dir}: the series contains merge commits ({merges.split()[0][:12]} ...)",
+            f"{edit_dir}: the series contains merge commits ({merges[0][:12]} ...)",
             hint="rebase them into a linear series (`git rebase`), then export again",
         )
-    commits = gitops.out(["rev-list", "--reverse", f"{BASE_REF}..HEAD"], cwd=edit_dir).split()
+    commits = [c.hexsha for c in history]
     old = series.load(repo.series_file)
     by_subject: dict[str, list[str]] = {}
     for name in old.names:

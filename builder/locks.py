@@ -468,7 +468,3 @@ def load_model(locks_dir: Path) -> ModelLock:
 
 def load_manifest_file(path: Path) -> PatchManifest:
     return _load(path, PatchManifest.parse)
-
-
-def load_manifest(locks_dir: Path) -> PatchManifest:
-    return _load(locks_dir / "patches.toml", PatchManifest.parse)

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,15 +61,11 @@ class Change:
         return data
 
 
-def _commit_date(repo: Path, commit: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(gitops.out(["show", "-s", "--format=%cI", commit], cwd=repo))
-
-
 def resolve(ctx: Context, lock: UpstreamLock, spec: str, mirror: Path | None, tmp: Path) -> Target:
     """SPEC as an upstream holding its commit; UsageError when it is the pin already."""
     onto = rebase.resolve(ctx.cache, lock, spec, mirror, tmp)
     target = lock.rebase_targets.get(spec)
-    pin = target.pin if target else Pin(onto.commit, onto.tree, _commit_date(onto.repo, onto.commit))
+    pin = target.pin if target else Pin(onto.commit, onto.tree, gitops.commit_date(onto.repo, onto.commit))
     if pin.commit == lock.pin.commit:
         raise UsageError(f"{spec} is commit {pin.commit}: that is the pin already", hint="nothing to do")
     if not onto.verified:

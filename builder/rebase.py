@@ -87,8 +87,8 @@ def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tm
         error=UsageError,
         what=f"cannot fetch {rev} from {label}",
     )
-    commit = gitops.out(["rev-parse", upstream.VERIFIED_REF], cwd=stage)
-    tree = gitops.out(["rev-parse", f"{commit}^{{tree}}"], cwd=stage)
+    fetched = gitops.repo(stage).commit(upstream.VERIFIED_REF)
+    commit, tree = fetched.hexsha, fetched.tree.hexsha
     return Onto(spec, stage, commit, tree, label, False, sdist)
 
 

@@ -157,7 +157,7 @@ def render_all(
         for header, added in sorted(apisurface.added_lines(series.texts[name]).items()):
             if not any(package.glob_match(g, header) for g in config.api_headers):
                 continue
-            post = gitops.out(["show", f"{series.commits[name]}:{header}"], cwd=series.git_dir)
+            post = gitops.file_at(series.git_dir, series.commits[name], header)
             items = apisurface.surface(header, added, post)
             if items:
                 headers.append({"path": header, "decls": items, "code": apisurface.block(items)})

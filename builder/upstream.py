@@ -249,6 +249,5 @@ def sdist_git_dir(archive: Path, subdir: str, dest: Path) -> Path:
     config = git_dir / "config"
     if not config.is_file():
         raise ConfigError(f"{archive}: {git_dir.relative_to(dest)} is not a git repository")
-    gitops.git(["config", "--file", config, "--unset-all", "core.worktree"], check=False)
-    gitops.git(["config", "--file", config, "core.bare", "true"])
+    gitops.set_config(config, {("core", "worktree"): None, ("core", "bare"): "true"})
     return git_dir

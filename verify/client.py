@@ -181,10 +181,6 @@ class Worker:
                 stream.close()
         self._stderr.close()
 
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-
     def __enter__(self) -> Worker:
         return self
 
