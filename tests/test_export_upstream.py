@@ -23,6 +23,7 @@ from dgr.figures import counts_text, fmt
 from dgr.patchfile import why_paragraphs
 from dgr.paths import Context
 
+from tests import helpers
 from tests.helpers import (
     GIT_ENV,
     ROOT,
@@ -68,34 +69,7 @@ def write_package(repo: Path, concerns: dict[str, tuple[str, list[str]]], **extr
 def write_report(passed: bool = True, groups: tuple[str, ...] = GROUPS, native: tuple[str, ...] = ()) -> Path:
     """A well-formed verify report for the current inputs, in the test's cache."""
     digest = buildplan.plan(Context.discover(), buildplan.Request()).digest
-    checks = [
-        {
-            "group": group,
-            "name": f"{group}-check/fixture",
-            "evidence": "native test" if group == "native" else "synthetic fixture",
-            "passed": passed,
-            "figures": {"max_abs_diff": 0.0, "ratio": 1 / 3, "shape": [8, 576], "bit_exact": True},
-            "detail": "" if passed else "it failed",
-        }
-        for group in groups
-    ]
-    checks += [
-        {"group": "native", "name": t, "evidence": "native test", "passed": True, "figures": {"time_s": 0.25}}
-        for t in native
-    ]
-    report = {
-        "format": 1,
-        "inputs_digest": digest,
-        "baseline_digest": None,
-        "groups": list(groups),
-        "passed": passed,
-        "durations_s": {},
-        "checks": checks,
-    }
-    path = Path(os.environ["DGR_CACHE_DIR"]) / "reports" / f"{digest}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2))
-    return path
+    return helpers.write_report(digest, passed, groups, native)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ The fake upstream of conftest.py stands in for llama.cpp: its `base` is the pin,
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tomllib
 from pathlib import Path
@@ -15,10 +14,9 @@ from pathlib import Path
 import pytest
 from dgr import buildplan, pinning
 from dgr.cli import main
-from dgr.contracts import GROUPS
 from dgr.paths import Context
 
-from tests.helpers import ROOT, FakeUpstream, commit_all, flip_byte, format_patch, git, message
+from tests.helpers import ROOT, FakeUpstream, commit_all, flip_byte, format_patch, git, message, write_report
 
 SPEC = "pypi:llama-cpp-python==9.9.9"
 OLD_SPEC = "pypi:llama-cpp-python==0.3.35"
@@ -84,26 +82,6 @@ def add_port(root: Path, patches: dict[str, str]) -> None:
     for name, text in patches.items():
         (directory / name).write_text(text)
     assert main(["manifest"]) == 0
-
-
-def write_report(digest: str) -> Path:
-    checks = [
-        {"group": g, "name": f"{g}-check", "evidence": "synthetic fixture", "passed": True, "figures": {}}
-        for g in GROUPS
-    ]
-    report = {
-        "format": 1,
-        "inputs_digest": digest,
-        "baseline_digest": None,
-        "groups": list(GROUPS),
-        "passed": True,
-        "durations_s": {},
-        "checks": checks,
-    }
-    path = Path(os.environ["DGR_CACHE_DIR"]) / "reports" / f"{digest}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report))
-    return path
 
 
 def verified_port_digest() -> str:
