@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 from pathlib import Path
 
 import platformdirs
@@ -42,6 +44,10 @@ def test_every_error_class_has_a_documented_code() -> None:
 
 def test_every_error_class_is_named_an_error() -> None:
     """Every exception class of the package, DgrError's or not (frames, bundles, patch parsing)."""
+    import dgr
+
+    for module in pkgutil.walk_packages(dgr.__path__, "dgr."):
+        importlib.import_module(module.name)
 
     names = {c.__name__ for c in all_subclasses(Exception) if c.__module__.split(".")[0] == "dgr"}
     assert {"WorkerRequestError", "WorkerDiedError", "ShardFailedError", "FrameError", "BundleError"} <= names
