@@ -44,7 +44,7 @@ def collect(dest: Path, llama_bin: Path, plan: Plan, worker: CMakeProject | None
     for pattern in patterns:
         for lib in sorted(llama_bin.glob(pattern)):
             _copy(lib, dest)
-    for test in plan.native_tests:
+    for test in (*plan.native_targets, *plan.tool_targets):
         exe = llama_bin / test
         if not _is_executable(exe):
             raise BuildError(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomli_w
 from dgr import apply, locks, log, patchfile
 from dgr.cmake import Toolchain
 from dgr.cmakedefs import llama_definitions, worker_definitions
@@ -22,7 +23,9 @@ from dgr.upstream import select
 
 INPUTS_FORMAT = 2
 """2: the upstream as commit, tree and date (not the text of locks/upstream.toml), no manifest text."""
-_BUILD_AND_TEST = re.compile(r"llama_build_and_test\s*\(([^)]*)\)")
+# tests/CMakeLists.txt: `llama_build_and_test(<file>.cpp [NAME n] ...)` builds a target and registers its
+# test, `llama_test(<target> [NAME n] ...)` registers a test of a target built otherwise
+_NATIVE_TEST = re.compile(r"\b(llama_build_and_test|llama_test)\s*\(([^)]*)\)")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,10 @@ class Request:
     """A locked rebase target to build on instead of the pin (None: the pin)."""
     sanitize: tuple[str, ...] = ()
     """Sanitizers to build with: "address", "undefined" (llama.cpp, ggml and the worker)."""
+    prefix: int | None = None
+    """Build the first `prefix` patches of the series only (None: all of it)."""
+    tools: bool = False
+    """Also build upstream's tools (locks/toolchain.toml [toolchain.tools]): perplexity, bench, RPC server."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,35 +54,50 @@ class Plan:
     toolchain: Toolchain
     patches: tuple[apply.PatchRef, ...]
     native_tests: tuple[str, ...]
+    """The CTest names of the tests the patches add."""
+    native_targets: tuple[str, ...]
+    """The executables those tests run."""
+    tool_targets: tuple[str, ...] = ()
+    """Upstream's tools, for `--tools` builds."""
     worker_files: dict[str, str]
     inputs: dict[str, Any]
     digest: str
 
     @property
     def targets(self) -> list[str]:
-        return [*self.toolchain_lock.base_targets, *self.native_tests]
+        return [*self.toolchain_lock.base_targets, *self.native_targets, *self.tool_targets]
 
     @property
     def flavor(self) -> str:
         flavor = "upstream-only" if self.request.upstream_only else "patched"
-        return flavor + "".join(f"+{s}" for s in self.request.sanitize)
+        return (
+            flavor
+            + "".join(f"+{s}" for s in self.request.sanitize)
+            + ("+tools" if self.request.tools else "")
+        )
 
 
-def native_tests(patches: list[patchfile.Patch]) -> tuple[str, ...]:
-    """Test targets the patches add with `llama_build_and_test(<file>.cpp [NAME n] ...)`."""
-    found: list[str] = []
+def native_test_targets(patches: list[patchfile.Patch]) -> tuple[tuple[str, str], ...]:
+    """(test name, target) of every test the patches add to tests/CMakeLists.txt."""
+    found: list[tuple[str, str]] = []
     for patch in patches:
         diff = patch.file("tests/CMakeLists.txt")
         if diff is None:
             continue
         added = "\n".join(line.split("#", 1)[0] for line in diff.added)
-        for match in _BUILD_AND_TEST.finditer(added):
-            args = match.group(1).split()
+        for match in _NATIVE_TEST.finditer(added):
+            args = match.group(2).split()
             if not args:
                 continue
-            name = args[args.index("NAME") + 1] if "NAME" in args[:-1] else Path(args[0]).stem
-            found.append(name)
+            target = Path(args[0]).stem if match.group(1) == "llama_build_and_test" else args[0]
+            name = args[args.index("NAME") + 1] if "NAME" in args[:-1] else target
+            found.append((name, target))
     return tuple(dict.fromkeys(found))
+
+
+def native_tests(patches: list[patchfile.Patch]) -> tuple[str, ...]:
+    """The CTest names of the tests the patches add."""
+    return tuple(name for name, _ in native_test_targets(patches))
 
 
 def _worker_files(ctx: Context) -> dict[str, str]:
@@ -113,11 +135,20 @@ def plan(ctx: Context, request: Request) -> Plan:
     if not request.upstream_only:
         with log.step(f"verify series and patches against {repo.rel(repo.manifest_file)}"):
             patch_refs = apply.verified_series(repo)
-            parsed = [patchfile.load(ref.path) for ref in patch_refs]
             log.detail(f"{len(patch_refs)} patch(es), all digests match")
+        if request.prefix is not None:
+            if not 1 <= request.prefix <= len(patch_refs):
+                raise UsageError(
+                    f"--prefix {request.prefix}: the series has {len(patch_refs)} patch(es)",
+                    hint=f"choose a prefix in [1, {len(patch_refs)}]",
+                )
+            patch_refs = patch_refs[: request.prefix]
+        parsed = [patchfile.load(ref.path) for ref in patch_refs]
     toolchain_lock = locks.load_toolchain(repo.locks_dir)
     toolchain = Toolchain.find(toolchain_lock)
-    tests = native_tests(parsed)
+    tests = native_test_targets(parsed)
+    targets = tuple(dict.fromkeys(target for _, target in tests))
+    tools = tuple(t for t in toolchain_lock.tools_targets if t not in targets) if request.tools else ()
     # the worker is built for the baseline too: it detects the API of the tree it builds against
     worker = _worker_files(ctx)
     # What the build depends on, and nothing of the bookkeeping around it: of locks/upstream.toml only the
@@ -129,14 +160,16 @@ def plan(ctx: Context, request: Request) -> Plan:
         "format": INPUTS_FORMAT,
         "upstream_only": request.upstream_only,
         "upstream": {"commit": pin.commit, "tree": pin.tree, "commit_date": pin.commit_date.isoformat()},
-        "locks": {"toolchain.toml": (repo.locks_dir / "toolchain.toml").read_text()},
+        "locks": {"toolchain.toml": tomli_w.dumps(toolchain_lock.to_toml(tools=request.tools))},
         "series": "" if request.upstream_only else repo.series_file.read_text(),
         "patches": [[ref.name, ref.sha256] for ref in patch_refs],
         "worker": worker,
         "toolchain": toolchain.identity(),
-        "cmake_options": llama_definitions(toolchain_lock, pin, len(patch_refs), request.sanitize),
+        "cmake_options": llama_definitions(
+            toolchain_lock, pin, len(patch_refs), request.sanitize, request.tools
+        ),
         "worker_options": worker_definitions(toolchain_lock, request.sanitize) if worker else {},
-        "targets": [*toolchain_lock.base_targets, *tests],
+        "targets": [*toolchain_lock.base_targets, *targets, *tools],
     }
     return Plan(
         request=request,
@@ -146,7 +179,9 @@ def plan(ctx: Context, request: Request) -> Plan:
         toolchain_lock=toolchain_lock,
         toolchain=toolchain,
         patches=tuple(patch_refs),
-        native_tests=tests,
+        native_tests=tuple(name for name, _ in tests),
+        native_targets=targets,
+        tool_targets=tools,
         worker_files=worker,
         inputs=inputs,
         digest=sha256_canonical(inputs),

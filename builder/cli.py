@@ -92,6 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--upstream-only", action="store_true", help="build the unpatched upstream (the baseline)")
     p.add_argument("--upstream", metavar="SPEC", help="build on a locked rebase target instead of the pin")
+    p.add_argument(
+        "--prefix",
+        type=int,
+        metavar="N",
+        help="build the first N patches of the series only (cached as well)",
+    )
+    p.add_argument(
+        "--tools",
+        action="store_true",
+        help="also build upstream's tools: perplexity, bench, rpc-server (locks/toolchain.toml)",
+    )
     _sanitize(p)
     _mirror(p)
 

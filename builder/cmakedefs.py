@@ -29,7 +29,11 @@ def _sanitizer_optimization(toolchain_lock: locks.ToolchainLock, sanitize: tuple
 
 
 def llama_definitions(
-    toolchain_lock: locks.ToolchainLock, pin: locks.Pin, patches: int, sanitize: tuple[str, ...] = ()
+    toolchain_lock: locks.ToolchainLock,
+    pin: locks.Pin,
+    patches: int,
+    sanitize: tuple[str, ...] = (),
+    tools: bool = False,
 ) -> dict[str, str]:
     """The CMake -D definitions of the llama.cpp project, with {src}/{build}-style path templates.
 
@@ -42,6 +46,7 @@ def llama_definitions(
     }
     return {
         **toolchain_lock.cmake_options,
+        **(toolchain_lock.tools_cmake_options if tools else {}),
         **sanitizers,
         **_sanitizer_optimization(toolchain_lock, sanitize),
         "LLAMA_BUILD_COMMIT": f"{pin.short}-p{patches}" if patches else pin.short,

@@ -297,6 +297,9 @@ class ToolchainLock:
     build_type: str
     base_targets: tuple[str, ...]
     cmake_options: dict[str, str]
+    tools_targets: tuple[str, ...]
+    """What `dgr build --tools` builds besides: upstream's tools (perplexity, bench, the RPC server)."""
+    tools_cmake_options: dict[str, str]
     prefix_maps: tuple[str, ...]
     source_date_epoch: str
     committer_name: str
@@ -308,9 +311,12 @@ class ToolchainLock:
         top = _Fields(data, where, problems)
         tc = top.table("toolchain")
         options = tc.table("cmake_options")
-        for key, value in options.data.items():
-            if not isinstance(value, str):
-                problems.append(f'{options.where}.{key}: expected a string (e.g. "ON")')
+        tools = tc.table("tools")
+        tools_options = tools.table("cmake_options")
+        for table in (options, tools_options):
+            for key, value in table.data.items():
+                if not isinstance(value, str):
+                    problems.append(f'{table.where}.{key}: expected a string (e.g. "ON")')
         repro = top.table("reproducibility")
         git_am = repro.table("git_am")
         lock = ToolchainLock(
@@ -320,6 +326,8 @@ class ToolchainLock:
             build_type=tc.text("build_type"),
             base_targets=tc.strings("base_targets"),
             cmake_options={k: v for k, v in options.data.items() if isinstance(v, str)},
+            tools_targets=tools.strings("targets"),
+            tools_cmake_options={k: v for k, v in tools_options.data.items() if isinstance(v, str)},
             prefix_maps=repro.strings("prefix_maps"),
             source_date_epoch=repro.text("source_date_epoch"),
             committer_name=git_am.text("committer_name"),
@@ -337,16 +345,23 @@ class ToolchainLock:
                 problems.append(f"{repro.where}.prefix_maps: {entry!r} is not OLD=NEW")
         return lock
 
-    def to_toml(self) -> dict[str, Any]:
+    def to_toml(self, *, tools: bool = True) -> dict[str, Any]:
+        """The lock as written; without the tools table for what builds without them (their digest)."""
+        toolchain: dict[str, Any] = {
+            "cmake": self.cmake,
+            "ninja": self.ninja,
+            "generator": self.generator,
+            "build_type": self.build_type,
+            "base_targets": list(self.base_targets),
+            "cmake_options": dict(self.cmake_options),
+        }
+        if tools:
+            toolchain["tools"] = {
+                "targets": list(self.tools_targets),
+                "cmake_options": dict(self.tools_cmake_options),
+            }
         return {
-            "toolchain": {
-                "cmake": self.cmake,
-                "ninja": self.ninja,
-                "generator": self.generator,
-                "build_type": self.build_type,
-                "base_targets": list(self.base_targets),
-                "cmake_options": dict(self.cmake_options),
-            },
+            "toolchain": toolchain,
             "reproducibility": {
                 "source_date_epoch": self.source_date_epoch,
                 "prefix_maps": list(self.prefix_maps),

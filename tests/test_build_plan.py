@@ -24,16 +24,24 @@ diff --git a/tests/CMakeLists.txt b/tests/CMakeLists.txt
 index 1111111..2222222 100644
 --- a/tests/CMakeLists.txt
 +++ b/tests/CMakeLists.txt
-@@ -1,1 +1,4 @@
+@@ -1,1 +1,5 @@
  llama_build_and_test(test-sampling.cpp)
 +llama_build_and_test(test-layer-range.cpp)
 +llama_build_and_test(test-bundle.cpp NAME test-bundle-v1 LABEL main)
 +# llama_build_and_test(test-commented-out.cpp)
++llama_test(test-llama-archs NAME test-llama-archs-layer-ranges LABEL main ARGS --layer-ranges)
 """
 
 
 def test_native_tests_from_added_lines() -> None:
-    assert buildplan.native_tests([patchfile.parse(ADDS_TESTS)]) == ("test-layer-range", "test-bundle-v1")
+    patches = [patchfile.parse(ADDS_TESTS)]
+    assert buildplan.native_tests(patches) == (
+        "test-layer-range",
+        "test-bundle-v1",
+        "test-llama-archs-layer-ranges",
+    )
+    # a test of a target the patch does not build itself: its target is built too
+    assert buildplan.native_test_targets(patches)[-1] == ("test-llama-archs-layer-ranges", "test-llama-archs")
 
 
 def test_fixture_series_adds_no_native_tests() -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from dgr import build, buildplan
-from dgr.errors import EXIT_OK
+from dgr.errors import EXIT_OK, UsageError
 from dgr.paths import Context
 
 
@@ -17,7 +17,11 @@ def run(args: argparse.Namespace) -> int:
         mirror=args.mirror,
         upstream=args.upstream,
         sanitize=buildplan.parse_sanitizers(args.sanitize),
+        prefix=args.prefix,
+        tools=args.tools,
     )
+    if args.prefix is not None and args.upstream_only:
+        raise UsageError("--prefix applies to the series, not to --upstream-only builds")
     result = build.run(ctx, request)
     if args.json:
         report = {**result.manifest.to_json(), "path": str(result.path), "status": result.status}
