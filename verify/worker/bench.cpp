@@ -11,6 +11,7 @@
 #include "bundle.h"
 
 #include "llama.h"
+#include "llama-cpp.h"
 #include "llama-ext.h"
 
 #include <nlohmann/json.hpp>
@@ -75,38 +76,30 @@ static int32_t run_chain(std::vector<stage> & stages, const std::vector<llama_to
     std::vector<float> hidden;
     int32_t argmax = -1;
     for (auto & s : stages) {
-        llama_batch batch = llama_batch_init(n, 0, 1);
+        const int32_t n_embd = llama_model_n_embd(s.model);
+        llama_batch_ext_ptr batch(llama_batch_ext_init(s.ctx));
         for (int32_t i = 0; i < n; ++i) {
-            batch.token[i]     = tokens[i];
-            batch.pos[i]       = pos + i;
-            batch.n_seq_id[i]  = 1;
-            batch.seq_id[i][0] = 0;
-            batch.logits[i]    = i == n - 1;
+            // the first range takes the tokens, the others the hidden state of the previous range
+            const int32_t idx = s.head ? llama_batch_ext_add_token(batch.get(), 0, tokens[i])
+                                       : llama_batch_ext_add_embd(batch.get(), 0, { hidden.data() + (size_t) i*n_embd, 1, (size_t) n_embd });
+            const llama_pos p = pos + i;
+            llama_batch_ext_set_pos(batch.get(), idx, &p);
+            llama_batch_ext_set_output_logits(batch.get(), idx, i == n - 1);
         }
-        batch.n_tokens = n;
-        if (!s.head) {
-            free(batch.token);
-            batch.token = nullptr;
-            const int64_t ne[2] = { llama_model_n_embd(s.model), n };
-            if (llama_set_boundary_input(s.ctx, "residual", GGML_TYPE_F32, ne, hidden.data(), hidden.size()*sizeof(float)) != 0) {
-                throw std::runtime_error("boundary input refused");
-            }
-        }
-        if (llama_decode(s.ctx, batch) != 0) {
+        if (llama_process(s.ctx, LLAMA_PROCESS_TYPE_DECODE, batch.get()) != 0) {
             throw std::runtime_error("decode failed");
         }
-        llama_batch_free(batch);
         if (s.tail) {
             const float * l = llama_get_logits_ith(s.ctx, n - 1);
             const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(s.model));
             argmax = (int32_t) (std::max_element(l, l + n_vocab) - l);
         } else {
-            const void * data = nullptr;
-            size_t size = 0;
-            if (llama_get_boundary_output(s.ctx, "residual", nullptr, nullptr, &data, &size) != 0) {
-                throw std::runtime_error("no boundary output");
+            // the hidden state entering the layer where the range ends
+            const float * data = llama_get_embeddings_layer_inp(s.ctx, llama_model_layer_end(s.model));
+            if (!data) {
+                throw std::runtime_error("no hidden state");
             }
-            hidden.assign((const float *) data, (const float *) data + size/sizeof(float));
+            hidden.assign(data, data + (size_t) n*n_embd);
         }
     }
     return argmax;

@@ -3,9 +3,10 @@
 #include "bundle.h"
 
 #include "llama.h"
-#if WORKER_HAS_LAYER_RANGE
+#include "llama-cpp.h"
 #include "llama-ext.h"
-#endif
+// the tensors a model holds and the buffers it allocated, read from the loaded model (internal, as upstream's tests do)
+#include "llama-model.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -17,6 +18,9 @@
 namespace lw {
 
 static constexpr int kProtocolVersion = 1;
+
+// a saved session state: this magic, the identity of the model (16 hex digits), the sequence state of llama.cpp
+static const std::string kStateMagic = "LWS1";
 
 // errors logged by llama.cpp during the current request
 static std::string g_llama_errors;
@@ -200,10 +204,36 @@ json worker::op_hello() {
         {"features", {
             {"layer_range", (bool) WORKER_HAS_LAYER_RANGE},
             {"boundary",    (bool) WORKER_HAS_BOUNDARY},
-            {"kv_recipe",   (bool) WORKER_HAS_KV_RECIPE},
+            {"kv_recipe",   (bool) WORKER_HAS_KV_RANGE},
         }},
         {"system_info", llama_print_system_info()},
     };
+}
+
+// the identity of a model that bundles carry: a hash of its metadata (FNV-1a over the sorted keys and values)
+static std::string model_identity(const llama_model * model) {
+    std::vector<std::string> entries;
+    std::vector<char>        buf(1 << 16);
+    for (int32_t i = 0; i < llama_model_meta_count(model); ++i) {
+        std::string entry;
+        for (const bool key : { true, false }) {
+            const int32_t n = key ? llama_model_meta_key_by_index(model, i, buf.data(), buf.size())
+                                  : llama_model_meta_val_str_by_index(model, i, buf.data(), buf.size());
+            entry.append(buf.data(), n < 0 ? 0 : std::min<size_t>((size_t) n, buf.size() - 1));
+            entry.push_back(key ? '=' : '\n');
+        }
+        entries.push_back(entry);
+    }
+    std::sort(entries.begin(), entries.end());
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const std::string & e : entries) {
+        for (unsigned char c : e) {
+            h = (h ^ c) * 0x100000001b3ull;
+        }
+    }
+    char out[32];
+    snprintf(out, sizeof(out), "%016" PRIx64, h);
+    return out;
 }
 
 json worker::op_load(const json & req) {
@@ -212,6 +242,26 @@ json worker::op_load(const json & req) {
     const int32_t layer_end   = get_field<int32_t>(req, "layer_end", -1);
     const bool    use_mmap    = get_field<bool>(req, "mmap", true);
     const bool    with_ctx    = get_field<bool>(req, "context", false);
+
+    // every field is checked before the loaded model is dropped
+    const uint32_t    max_sessions = get_field<uint32_t>(req, "max_sessions", 4);
+    const int32_t     n_threads    = get_field<int32_t>(req, "n_threads", 2);
+    const uint32_t    n_ctx        = get_field<uint32_t>(req, "n_ctx", 1024);
+    const uint32_t    n_batch      = get_field<uint32_t>(req, "n_batch", 512);
+    const uint32_t    n_ubatch     = get_field<uint32_t>(req, "n_ubatch", 512);
+    const std::string type_k       = get_field<std::string>(req, "type_k", "f16");
+    if (max_sessions < 1 || max_sessions > 64) {
+        throw request_error{"bad_request", "max_sessions must be in [1, 64]"};
+    }
+    if (n_threads < 1) {
+        throw request_error{"bad_request", "n_threads must be at least 1"};
+    }
+    if (n_ctx < max_sessions || n_batch < 1 || n_ubatch < 1) {
+        throw request_error{"bad_request", "n_ctx must be at least max_sessions, n_batch and n_ubatch at least 1"};
+    }
+    if (type_k != "f16" && type_k != "f32" && type_k != "q8_0") {
+        throw request_error{"bad_request", "type_k must be f16, f32 or q8_0"};
+    }
 
     unload();
 
@@ -244,24 +294,14 @@ json worker::op_load(const json & req) {
     layer_begin_ = 0;
     layer_end_   = n_layer_;
 #endif
-#if WORKER_HAS_KV_RECIPE
-    char buf[32];
-    snprintf(buf, sizeof(buf), "%016" PRIx64, llama_model_identity(model_));
-    identity_ = buf;
-#else
-    identity_ = "";
-#endif
+    identity_ = model_identity(model_);
 
     if (with_ctx) {
-        max_sessions_ = get_field<uint32_t>(req, "max_sessions", 4);
-        const int32_t n_threads = get_field<int32_t>(req, "n_threads", 2);
-        if (max_sessions_ < 1 || max_sessions_ > 64) {
-            throw request_error{"bad_request", "max_sessions must be in [1, 64]"};
-        }
+        max_sessions_ = max_sessions;
         llama_context_params cparams = llama_context_default_params();
-        cparams.n_ctx           = get_field<uint32_t>(req, "n_ctx", 1024);
-        cparams.n_batch         = get_field<uint32_t>(req, "n_batch", 512);
-        cparams.n_ubatch        = get_field<uint32_t>(req, "n_ubatch", 512);
+        cparams.n_ctx           = n_ctx;
+        cparams.n_batch         = n_batch;
+        cparams.n_ubatch        = n_ubatch;
         cparams.n_seq_max       = max_sessions_;
         // every session has its own cache stream of n_ctx/max_sessions cells: its results do not depend on the
         // other sessions (a shared stream changes the attention layout, and with it the last bits of the logits)
@@ -269,7 +309,6 @@ json worker::op_load(const json & req) {
         cparams.n_threads       = n_threads;
         cparams.n_threads_batch = n_threads;
         cparams.no_perf         = true;
-        const std::string type_k = get_field<std::string>(req, "type_k", "f16");
         cparams.type_k = type_k == "f32" ? GGML_TYPE_F32 : type_k == "q8_0" ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
         ctx_ = llama_init_from_model(model_, cparams);
         if (!ctx_) {
@@ -301,25 +340,25 @@ json worker::ownership() const {
     out["n_vocab"]     = n_vocab_;
     out["layer_begin"] = layer_begin_;
     out["layer_end"]   = layer_end_;
-#if WORKER_HAS_LAYER_RANGE
-    out["partial"]         = llama_model_is_partial(model_);
-    out["has_tok_embd"]    = llama_model_has_tok_embd(model_);
-    out["has_output_norm"] = llama_model_has_output_norm(model_);
-    out["has_output"]      = llama_model_has_output(model_);
+    // the model holds the input tensors if its range starts at layer 0, the output tensors if it ends at the last one
+    out["partial"]         = layer_begin_ > 0 || layer_end_ < n_layer_;
+    out["has_tok_embd"]    = layer_begin_ == 0;
+    out["has_output_norm"] = layer_end_ == n_layer_;
+    out["has_output"]      = layer_end_ == n_layer_;
 
+    // the tensors the loaded model holds
     json tensors = json::array();
     uint64_t n_bytes = 0;
-    const int32_t n_tensors = llama_model_n_tensors(model_);
-    for (int32_t i = 0; i < n_tensors; ++i) {
-        const uint64_t nbytes = llama_model_tensor_nbytes(model_, i);
-        tensors.push_back({ llama_model_tensor_name(model_, i), nbytes });
-        n_bytes += nbytes;
+    for (const auto & [name, t] : llama_internal_get_tensor_map(model_)) {
+        tensors.push_back({ name, ggml_nbytes(t) });
+        n_bytes += ggml_nbytes(t);
     }
-    out["n_tensors"]   = n_tensors;
+    out["n_tensors"]   = tensors.size();
     out["n_bytes"]     = n_bytes;
-    out["buffer_size"] = llama_model_buffer_size(model_);
+    out["model_size"]  = llama_model_size(model_);
+    out["n_params"]    = llama_model_n_params(model_);
+    out["buffer_size"] = model_buffer_size();
     out["tensors"]     = tensors;
-#endif
     if (ctx_) {
         out["n_ctx"]        = n_ctx_;
         out["n_batch"]      = n_batch_;
@@ -328,10 +367,20 @@ json worker::ownership() const {
     return out;
 }
 
+// bytes of the backend buffers that hold the weights (with mmap, a buffer spans the file from its first to its last tensor)
+uint64_t worker::model_buffer_size() const {
+    uint64_t size = 0;
+    if (model_) {
+        for (const auto & [_, n] : model_->memory_breakdown()) {
+            size += n;
+        }
+    }
+    return size;
+}
+
 json worker::op_memory() {
     json out = process_memory();
-#if WORKER_HAS_LAYER_RANGE
-    out["model_buffer_size"] = model_ ? llama_model_buffer_size(model_) : 0;
+    out["model_buffer_size"] = model_buffer_size();
     uint64_t kv = 0, compute = 0;
     if (ctx_) {
         for (const auto & [_, mb] : llama_get_memory_breakdown(ctx_)) {
@@ -341,7 +390,6 @@ json worker::op_memory() {
     }
     out["kv_bytes"]      = kv;
     out["compute_bytes"] = compute;
-#endif
     return out;
 }
 
@@ -431,171 +479,158 @@ session & worker::open_session(const std::string & id, uint64_t epoch, std::vect
     return sessions_[id] = s;
 }
 
-json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std::vector<uint8_t> & out) {
-    require_context();
-    const std::string sid     = need_field<std::string>(req, "session");
-    const uint64_t    epoch   = need_field<uint64_t>(req, "epoch");
-    const int32_t     pos     = need_field<int32_t>(req, "pos");
-    const int32_t     n_tok   = need_field<int32_t>(req, "n_tokens");
-    const std::string logits  = get_field<std::string>(req, "logits", "last");
-    const bool        is_head = layer_begin_ == 0;
-    const bool        is_tail = layer_end_ == n_layer_;
+bool decode_request::wants_logits(int32_t i) const {
+    return logits == "all" || (logits == "last" && i == n_tokens - 1);
+}
 
-    if (n_tok < 1 || (uint32_t) n_tok > n_batch_) {
+decode_request worker::parse_decode(const json & req, const std::vector<uint8_t> & body) const {
+    decode_request r;
+    r.session  = need_field<std::string>(req, "session");
+    r.epoch    = need_field<uint64_t>(req, "epoch");
+    r.pos      = need_field<int32_t>(req, "pos");
+    r.n_tokens = need_field<int32_t>(req, "n_tokens");
+    r.logits   = get_field<std::string>(req, "logits", "last");
+
+    if (r.n_tokens < 1 || (uint32_t) r.n_tokens > n_batch_) {
         throw request_error{"bad_request", "n_tokens must be in [1, " + std::to_string(n_batch_) + "]"};
     }
-    if (pos < 0) {
+    if (r.pos < 0) {
         throw request_error{"bad_request", "pos must not be negative"};
     }
-    if (logits != "none" && logits != "last" && logits != "all") {
+    if (r.logits != "none" && r.logits != "last" && r.logits != "all") {
         throw request_error{"bad_request", "logits must be none, last or all"};
     }
 
     // the input: tokens for the first range, a bundle from the previous range otherwise
-    std::vector<llama_token> tokens;
-    std::vector<float>       hidden;
-    if (is_head) {
+    if (layer_begin_ == 0) {
         if (!body.empty()) {
             throw request_error{"wrong_input", "this worker holds the layers [0, " + std::to_string(layer_end_) +
                                 ") and takes tokens, not a bundle"};
         }
-        tokens = get_field<std::vector<llama_token>>(req, "tokens", {});
-        if ((int32_t) tokens.size() != n_tok) {
-            throw request_error{"bad_request", "tokens has " + std::to_string(tokens.size()) + " entries, n_tokens is " + std::to_string(n_tok)};
+        r.tokens = get_field<std::vector<llama_token>>(req, "tokens", {});
+        if ((int32_t) r.tokens.size() != r.n_tokens) {
+            throw request_error{"bad_request", "tokens has " + std::to_string(r.tokens.size()) + " entries, n_tokens is " +
+                                std::to_string(r.n_tokens)};
         }
-        for (llama_token t : tokens) {
+        for (llama_token t : r.tokens) {
             if (t < 0 || t >= n_vocab_) {
-                throw request_error{"bad_request", "token " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(n_vocab_) + ")"};
+                throw request_error{"bad_request", "token " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                    std::to_string(n_vocab_) + ")"};
             }
         }
-    } else {
-#if WORKER_HAS_BOUNDARY
-        if (req.contains("tokens")) {
-            throw request_error{"wrong_input", "this worker holds the layers [" + std::to_string(layer_begin_) + ", " +
-                                std::to_string(layer_end_) + ") and takes a bundle of the hidden state, not tokens"};
-        }
-        bundle b;
-        try {
-            b = bundle_decode(body.data(), body.size(), kMaxMessage);
-        } catch (const std::exception & e) {
-            throw request_error{"bad_bundle", e.what()};
-        }
-        auto expect = [&](const char * key, const std::string & want) {
-            const auto it = b.meta.find(key);
-            const std::string got = it == b.meta.end() ? "(missing)" : it->second;
-            if (got != want) {
-                throw request_error{"bundle_mismatch", std::string("bundle ") + key + " is '" + got + "', this worker expects '" + want + "'"};
-            }
-        };
-        expect("model",     identity_);
-        expect("n_layer",   std::to_string(n_layer_));
-        expect("layer_end", std::to_string(layer_begin_));
-        expect("session",   sid);
-        expect("epoch",     std::to_string(epoch));
-        expect("pos",       std::to_string(pos));
-        expect("n_tokens",  std::to_string(n_tok));
-        const auto it = b.tensors.find("residual");
-        if (b.tensors.size() != 1 || it == b.tensors.end()) {
-            throw request_error{"bundle_mismatch", "the bundle must hold exactly the tensor 'residual'"};
-        }
-        const bundle_tensor & t = it->second;
-        if (t.dtype != "F32" || t.shape.size() != 2 || t.shape[0] != n_tok || t.shape[1] != n_embd_) {
-            throw request_error{"bundle_mismatch", "tensor 'residual' must be F32 [" + std::to_string(n_tok) + ", " +
-                                std::to_string(n_embd_) + "]"};
-        }
-        hidden.resize(t.size / sizeof(float));
-        memcpy(hidden.data(), t.data, t.size); // the tensor need not be aligned in the bundle
-#else
-        throw request_error{"unsupported", "this llama.cpp build has no boundary tensors (baseline build)"};
-#endif
+        return r;
     }
 
-    // the session
-    std::vector<std::string> evicted;
-    session * s = nullptr;
-    if (pos == 0) {
-        s = &open_session(sid, epoch, evicted);
-    } else {
-        s = &find_session(sid, epoch);
-        if (pos != s->n_pos) {
-            throw request_error{"bad_position", "session '" + sid + "' has " + std::to_string(s->n_pos) +
-                                " positions cached; the request starts at " + std::to_string(pos) +
-                                " (truncate first to go back)", { {"n_pos", s->n_pos} }};
+    if (!WORKER_HAS_BOUNDARY) {
+        throw request_error{"unsupported", "this llama.cpp build does not evaluate a range of layers"};
+    }
+    if (req.contains("tokens")) {
+        throw request_error{"wrong_input", "this worker holds the layers [" + std::to_string(layer_begin_) + ", " +
+                            std::to_string(layer_end_) + ") and takes a bundle of the hidden state, not tokens"};
+    }
+    bundle b;
+    try {
+        b = bundle_decode(body.data(), body.size(), kMaxMessage);
+    } catch (const std::exception & e) {
+        throw request_error{"bad_bundle", e.what()};
+    }
+    auto expect = [&](const char * key, const std::string & want) {
+        const auto it = b.meta.find(key);
+        const std::string got = it == b.meta.end() ? "(missing)" : it->second;
+        if (got != want) {
+            throw request_error{"bundle_mismatch", std::string("bundle ") + key + " is '" + got +
+                                "', this worker expects '" + want + "'"};
         }
+    };
+    expect("model",     identity_);
+    expect("n_layer",   std::to_string(n_layer_));
+    expect("layer_end", std::to_string(layer_begin_));
+    expect("session",   r.session);
+    expect("epoch",     std::to_string(r.epoch));
+    expect("pos",       std::to_string(r.pos));
+    expect("n_tokens",  std::to_string(r.n_tokens));
+    const auto it = b.tensors.find("residual");
+    if (b.tensors.size() != 1 || it == b.tensors.end()) {
+        throw request_error{"bundle_mismatch", "the bundle must hold exactly the tensor 'residual'"};
     }
-    s->last_used = ++tick_;
+    const bundle_tensor & t = it->second;
+    if (t.dtype != "F32" || t.shape.size() != 2 || t.shape[0] != r.n_tokens || t.shape[1] != n_embd_) {
+        throw request_error{"bundle_mismatch", "tensor 'residual' must be F32 [" + std::to_string(r.n_tokens) + ", " +
+                            std::to_string(n_embd_) + "]"};
+    }
+    r.hidden.resize(t.size / sizeof(float));
+    memcpy(r.hidden.data(), t.data, t.size); // the tensor need not be aligned in the bundle
+    return r;
+}
 
-    llama_batch batch = llama_batch_init(n_tok, 0, 1);
-    for (int32_t i = 0; i < n_tok; ++i) {
-        if (is_head) {
-            batch.token[i] = tokens[i];
-        }
-        batch.pos[i]       = pos + i;
-        batch.n_seq_id[i]  = 1;
-        batch.seq_id[i][0] = s->seq;
-        batch.logits[i]    = logits == "all" || (logits == "last" && i == n_tok - 1);
-    }
-    batch.n_tokens = n_tok;
-    if (!is_head) {
-        free(batch.token);
-        batch.token = nullptr;
-    }
-
+session & worker::acquire_session(const decode_request & r, std::vector<std::string> & evicted) {
+    // everything that can refuse the request is checked before a session is opened, evicted or changed
     const uint32_t n_cells = n_ctx_ / max_sessions_;
-    if ((uint32_t) (pos + n_tok) > n_cells) {
-        llama_batch_free(batch);
-        throw request_error{"no_capacity", "session '" + sid + "' would need " + std::to_string(pos + n_tok) +
-                            " cells, a session has " + std::to_string(n_cells) + " (n_ctx / max_sessions)",
-                            { {"evicted", evicted} }};
+    if ((uint32_t) (r.pos + r.n_tokens) > n_cells) {
+        throw request_error{"no_capacity", "session '" + r.session + "' would need " + std::to_string(r.pos + r.n_tokens) +
+                            " cells, a session has " + std::to_string(n_cells) + " (n_ctx / max_sessions)"};
     }
-#if WORKER_HAS_BOUNDARY
-    if (!is_head) {
-        const int64_t ne[2] = { n_embd_, n_tok };
-        if (llama_set_boundary_input(ctx_, "residual", GGML_TYPE_F32, ne, hidden.data(), hidden.size()*sizeof(float)) != LLAMA_BOUNDARY_OK) {
-            llama_batch_free(batch);
-            throw request_error{"decode_failed", llama_errors("the boundary input was refused")};
-        }
+    if (r.pos == 0) {
+        return open_session(r.session, r.epoch, evicted);
     }
-#endif
-    const int32_t ret = llama_decode(ctx_, batch);
-    llama_batch_free(batch);
-    if (ret != 0) {
-        llama_memory_seq_rm(llama_get_memory(ctx_), s->seq, pos, -1);
-        throw request_error{"decode_failed", llama_errors("llama_decode failed with " + std::to_string(ret)),
-                            { {"evicted", evicted} }};
+    session & s = find_session(r.session, r.epoch);
+    if (r.pos != s.n_pos) {
+        throw request_error{"bad_position", "session '" + r.session + "' has " + std::to_string(s.n_pos) +
+                            " positions cached; the request starts at " + std::to_string(r.pos) +
+                            " (truncate first to go back)", { {"n_pos", s.n_pos} }};
     }
-    s->n_pos = pos + n_tok;
+    return s;
+}
 
-    json res = { {"session", sid}, {"epoch", epoch}, {"n_pos", s->n_pos}, {"evicted", evicted} };
-    if (!is_tail) {
-#if WORKER_HAS_BOUNDARY
-        ggml_type type = GGML_TYPE_COUNT;
-        int64_t ne[2] = { 0, 0 };
-        const void * data = nullptr;
-        size_t size = 0;
-        if (llama_get_boundary_output(ctx_, "residual", &type, ne, &data, &size) != LLAMA_BOUNDARY_OK) {
-            throw request_error{"decode_failed", llama_errors("no boundary output")};
+int32_t worker::run_decode(const decode_request & r, const session & s) {
+    llama_batch_ext_ptr batch(llama_batch_ext_init(ctx_));
+    for (int32_t i = 0; i < r.n_tokens; ++i) {
+        int32_t idx;
+        if (layer_begin_ == 0) {
+            idx = llama_batch_ext_add_token(batch.get(), s.seq, r.tokens[i]);
+        } else {
+            // a range without the input layer takes the hidden state that enters its first layer as embeddings
+            const llama_embd embd = { r.hidden.data() + (size_t) i*n_embd_, 1, (size_t) n_embd_ };
+            idx = llama_batch_ext_add_embd(batch.get(), s.seq, embd);
+        }
+        if (idx < 0) {
+            throw request_error{"decode_failed", "the batch refused entry " + std::to_string(i) + " (" + std::to_string(idx) + ")"};
+        }
+        const llama_pos pos = r.pos + i;
+        llama_batch_ext_set_pos(batch.get(), idx, &pos);
+        llama_batch_ext_set_output_logits(batch.get(), idx, r.wants_logits(i));
+    }
+    return llama_process(ctx_, LLAMA_PROCESS_TYPE_DECODE, batch.get());
+}
+
+json worker::decode_output(const decode_request & r, std::vector<uint8_t> & out) {
+    json res = json::object();
+    if (layer_end_ < n_layer_) {
+        // a range without the output layer outputs the hidden state that enters the layer where it ends
+        const float * data = llama_get_embeddings_layer_inp(ctx_, layer_end_);
+        if (!data) {
+            throw request_error{"decode_failed", llama_errors("no hidden state after layer " + std::to_string(layer_end_ - 1))};
         }
         bundle b;
         b.meta = {
             {"model", identity_}, {"n_layer", std::to_string(n_layer_)},
             {"layer_begin", std::to_string(layer_begin_)}, {"layer_end", std::to_string(layer_end_)},
-            {"session", sid}, {"epoch", std::to_string(epoch)}, {"pos", std::to_string(pos)}, {"n_tokens", std::to_string(n_tok)},
+            {"session", r.session}, {"epoch", std::to_string(r.epoch)}, {"pos", std::to_string(r.pos)},
+            {"n_tokens", std::to_string(r.n_tokens)},
         };
         bundle_tensor & t = b.tensors["residual"];
         t.dtype = "F32";
-        t.shape = { ne[1], ne[0] };
-        t.data = (const uint8_t *) data;
-        t.size = size;
+        t.shape = { r.n_tokens, n_embd_ };
+        t.data  = (const uint8_t *) data;
+        t.size  = (size_t) r.n_tokens*n_embd_*sizeof(float);
         out = bundle_encode(b);
-#endif
         return res;
     }
 
     // logits of the requested tokens, and their argmax
     json argmax = json::array();
-    for (int32_t i = 0; i < n_tok; ++i) {
-        if (!(logits == "all" || (logits == "last" && i == n_tok - 1))) {
+    for (int32_t i = 0; i < r.n_tokens; ++i) {
+        if (!r.wants_logits(i)) {
             continue;
         }
         const float * l = llama_get_logits_ith(ctx_, i);
@@ -608,6 +643,30 @@ json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std:
     }
     res["argmax"]  = argmax;
     res["n_vocab"] = n_vocab_;
+    return res;
+}
+
+json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std::vector<uint8_t> & out) {
+    require_context();
+    const decode_request r = parse_decode(req, body);
+
+    std::vector<std::string> evicted;
+    session & s = acquire_session(r, evicted);
+    s.last_used = ++tick_;
+
+    const int32_t ret = run_decode(r, s);
+    if (ret != 0) {
+        llama_memory_seq_rm(llama_get_memory(ctx_), s.seq, r.pos, -1);
+        throw request_error{"decode_failed", llama_errors("llama_decode failed with " + std::to_string(ret)),
+                            { {"evicted", evicted} }};
+    }
+    s.n_pos = r.pos + r.n_tokens;
+
+    json res = decode_output(r, out);
+    res["session"] = r.session;
+    res["epoch"]   = r.epoch;
+    res["n_pos"]   = s.n_pos;
+    res["evicted"] = evicted;
     return res;
 }
 
@@ -641,44 +700,37 @@ json worker::op_state_save(const json & req, std::vector<uint8_t> & out) {
     const std::string sid   = need_field<std::string>(req, "session");
     const uint64_t    epoch = need_field<uint64_t>(req, "epoch");
     const session & s = find_session(sid, epoch);
-    out.resize(llama_state_seq_get_size(ctx_, s.seq));
-    if (llama_state_seq_get_data(ctx_, out.data(), out.size(), s.seq) != out.size()) {
+    // the state of llama.cpp after a header with the identity of the model, see docs/protocol.md
+    const std::string header = kStateMagic + identity_;
+    out.assign(header.begin(), header.end());
+    const size_t n = llama_state_seq_get_size(ctx_, s.seq);
+    out.resize(header.size() + n);
+    if (llama_state_seq_get_data(ctx_, out.data() + header.size(), n, s.seq) != n) {
         throw request_error{"state_failed", llama_errors("the state could not be saved")};
     }
     return { {"session", sid}, {"epoch", epoch}, {"n_pos", s.n_pos} };
 }
 
-#if WORKER_HAS_KV_RECIPE
-static const char * recipe_status_name(int32_t st) {
-    switch (st) {
-        case LLAMA_STATE_RECIPE_OK:          return "ok";
-        case LLAMA_STATE_RECIPE_INVALID:     return "invalid";
-        case LLAMA_STATE_RECIPE_MISSING:     return "missing";
-        case LLAMA_STATE_RECIPE_MODEL:       return "model";
-        case LLAMA_STATE_RECIPE_LAYERS:      return "layers";
-        case LLAMA_STATE_RECIPE_CACHE_TYPE:  return "cache_type";
-        case LLAMA_STATE_RECIPE_CACHE_WIDTH: return "cache_width";
-        case LLAMA_STATE_RECIPE_ROPE:        return "rope";
-        default:                             return "unknown";
-    }
-}
-#endif
 
 json worker::op_state_load(const json & req, const std::vector<uint8_t> & body) {
     require_context();
     const std::string sid   = need_field<std::string>(req, "session");
     const uint64_t    epoch = need_field<uint64_t>(req, "epoch");
-#if WORKER_HAS_KV_RECIPE
-    const int32_t st = llama_state_seq_check_recipe(ctx_, body.data(), body.size());
-    if (st != LLAMA_STATE_RECIPE_OK) {
-        throw request_error{"incompatible_recipe", llama_errors("the state was refused"), { {"recipe", recipe_status_name(st)} }};
+    const std::string header = kStateMagic + identity_;
+    if (body.size() < header.size() || memcmp(body.data(), kStateMagic.data(), kStateMagic.size()) != 0) {
+        throw request_error{"bad_request", "the body is not a state saved by state_save"};
     }
-#endif
+    const std::string model(body.begin() + kStateMagic.size(), body.begin() + header.size());
+    if (model != identity_) {
+        throw request_error{"incompatible_recipe", "the state was saved for the model " + model + ", this worker holds " +
+                            identity_};
+    }
     std::vector<std::string> evicted;
     session & s = open_session(sid, epoch, evicted);
-    if (llama_state_seq_set_data(ctx_, body.data(), body.size(), s.seq) == 0) {
+    if (llama_state_seq_set_data(ctx_, body.data() + header.size(), body.size() - header.size(), s.seq) == 0) {
+        // llama.cpp refuses a state saved under another cache recipe: another layer range, K/V type or model shape
         drop_session(sid);
-        throw request_error{"state_failed", llama_errors("the state could not be restored")};
+        throw request_error{"incompatible_recipe", llama_errors("the state was refused"), { {"evicted", evicted} }};
     }
     s.n_pos     = llama_memory_seq_pos_max(llama_get_memory(ctx_), s.seq) + 1;
     s.last_used = ++tick_;

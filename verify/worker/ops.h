@@ -35,6 +35,19 @@ struct request_error {
     json        fields = json::object();
 };
 
+// a decode request, validated: tokens for the first range, the hidden state of the previous range otherwise
+struct decode_request {
+    std::string              session;
+    uint64_t                 epoch    = 0;
+    int32_t                  pos      = 0;
+    int32_t                  n_tokens = 0;
+    std::string              logits; // none, last or all
+    std::vector<int32_t>     tokens;
+    std::vector<float>       hidden; // [n_tokens, n_embd]
+
+    bool wants_logits(int32_t i) const;
+};
+
 // a session: a stable id mapped to a sequence of the context
 struct session {
     int32_t  seq       = 0;
@@ -57,6 +70,9 @@ private:
     json op_memory();
     json op_sessions();
     json op_decode(const json & req, const std::vector<uint8_t> & body, std::vector<uint8_t> & out);
+    decode_request parse_decode(const json & req, const std::vector<uint8_t> & body) const;
+    int32_t        run_decode(const decode_request & r, const session & s);
+    json           decode_output(const decode_request & r, std::vector<uint8_t> & out);
     json op_truncate(const json & req);
     json op_release(const json & req);
     json op_state_save(const json & req, std::vector<uint8_t> & out);
@@ -64,7 +80,8 @@ private:
     json op_tokenize(const json & req);
     json op_detokenize(const json & req);
 
-    json ownership() const;
+    json     ownership() const;
+    uint64_t model_buffer_size() const;
     void unload();
     void require_context() const;
 
@@ -72,6 +89,8 @@ private:
     session & find_session(const std::string & id, uint64_t epoch);
     // a new or reset session for a request at position 0; evicts the least recently used session when full
     session & open_session(const std::string & id, uint64_t epoch, std::vector<std::string> & evicted);
+    // the session of a decode request, once the request is known to fit: opened at position 0, else continued
+    session & acquire_session(const decode_request & r, std::vector<std::string> & evicted);
     bool evict_lru(const std::string & keep, std::vector<std::string> & evicted);
     void drop_session(const std::string & id);
 
