@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 
 from dgr import log
+from dgr.contracts import GROUPS
 from dgr.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError, InternalError
 
 EPILOG = "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
@@ -76,8 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
         _common(p)
         return p
 
-    p = command("check", "lint series <-> patches <-> manifest, patch messages and locks")
+    p = command(
+        "check", "lint series <-> patches <-> manifest, patch messages, locks, and the patches' style"
+    )
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument(
+        "--no-style",
+        action="store_true",
+        help="skip `git diff --check` and `git clang-format` on the series applied to its upstream",
+    )
+    _mirror(p)
 
     p = command("fetch", "obtain and verify the upstream into the cache; print its path")
     _mirror(p)
@@ -155,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--only",
         metavar="GROUP[,GROUP]",
-        help="run only these groups: native, ownership, boundary, kv (default: all)",
+        help=f"run only these groups: {', '.join(GROUPS)} (default: all)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML")

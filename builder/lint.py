@@ -22,7 +22,7 @@ STATUS_HINT = (
 )
 
 
-FindingKind = Literal["lock", "missing", "unused", "duplicate", "unparsable", "digest", "message"]
+FindingKind = Literal["lock", "missing", "unused", "duplicate", "unparsable", "digest", "message", "style"]
 
 
 @dataclass(frozen=True)

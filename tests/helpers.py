@@ -10,6 +10,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from dgr.contracts import GROUPS
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FORMAT_FLAGS = [
@@ -186,7 +188,7 @@ def flip_byte(path: Path, offset: int = -2) -> None:
 def write_report(
     digest: str,
     passed: bool = True,
-    groups: tuple[str, ...] = ("native", "ownership", "boundary", "kv"),
+    groups: tuple[str, ...] = GROUPS,
     native: tuple[str, ...] = (),
 ) -> Path:
     """A well-formed verify report for the inputs `digest`, where `dgr verify` keeps it in the test's cache:

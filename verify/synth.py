@@ -28,10 +28,12 @@ class SynthSpec:
     seed: int = 0
 
 
-# the fixtures the harness uses: tied and untied dense Llama, and an architecture without layer-range support
+# the fixtures the harness uses: tied and untied dense Llama, Qwen2 (another architecture), and BitNet, whose
+# graph reads the token embeddings as its output head, so that a range without the input layer is refused
 LLAMA_UNTIED = SynthSpec("synth-llama-untied", tied=False, seed=1)
 LLAMA_TIED = SynthSpec("synth-llama-tied", tied=True, seed=2)
-UNCERTIFIED = SynthSpec("synth-qwen2", arch="qwen2", n_layer=4, tied=False, seed=3)
+QWEN2 = SynthSpec("synth-qwen2", arch="qwen2", n_layer=4, tied=False, seed=3)
+BITNET = SynthSpec("synth-bitnet", arch="bitnet", n_layer=4, tied=True, seed=4)
 
 
 def _weights(rng: np.random.Generator, *shape: int, scale: float = 0.05) -> np.ndarray:
@@ -73,6 +75,9 @@ def write(spec: SynthSpec, path: Path) -> Path:
             writer.add_tensor(p + "attn_q.bias", _weights(rng, spec.n_embd))
             writer.add_tensor(p + "attn_k.bias", _weights(rng, n_embd_kv))
             writer.add_tensor(p + "attn_v.bias", _weights(rng, n_embd_kv))
+        if spec.arch == "bitnet":
+            writer.add_tensor(p + "attn_sub_norm.weight", _norm(rng, spec.n_embd))
+            writer.add_tensor(p + "ffn_sub_norm.weight", _norm(rng, spec.n_ff))
         writer.add_tensor(p + "ffn_norm.weight", _norm(rng, spec.n_embd))
         writer.add_tensor(p + "ffn_gate.weight", _weights(rng, spec.n_ff, spec.n_embd))
         writer.add_tensor(p + "ffn_up.weight", _weights(rng, spec.n_ff, spec.n_embd))

@@ -8,14 +8,15 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
-from dgr import build, buildplan, locks, log, model, reports
+from dgr import build, buildplan, locks, log, model, proc, reports
 from dgr.cmake import Toolchain
 from dgr.contracts import GROUPS, Check, Group, Report
 from dgr.errors import EXIT_OK, UsageError, VerifyError
 from dgr.fs import write_atomic
 from dgr.paths import Context
-from dgr.verify import checks, native
+from dgr.verify import archs, checks, native
 from dgr.verify.env import Env
 from dgr.verify.report import junit_xml, table
 
@@ -32,6 +33,44 @@ def groups_of(only: str | None) -> tuple[Group, ...]:
             hint=f"choose from {', '.join(GROUPS)}",
         )
     return tuple(g for g in GROUPS if g in named)
+
+
+def _prefixes(
+    ctx: Context,
+    args: argparse.Namespace,
+    sanitize: tuple[str, ...],
+    toolchain: Toolchain,
+    patched: build.Result,
+) -> list[Check]:
+    """A check per prefix of the series: the first k patches, built on their own (cached by their own inputs
+    digest), pass the native tests they add; the whole series is the last prefix."""
+    names = [p.name for p in patched.manifest.patches]
+    out = []
+    for k in range(1, len(names) + 1):
+        if k == len(names):
+            prefix = patched
+        else:
+            request = buildplan.Request(
+                mirror=args.mirror, upstream=args.upstream, sanitize=sanitize, prefix=k
+            )
+            prefix = build.run(ctx, request)
+        ran = native.run(toolchain.ctest, prefix.path)
+        out.append(native.prefix_check(k, names[:k], prefix.manifest.inputs_digest, ran))
+    return out
+
+
+def _archs(build_dir: Path, native_outputs: dict[str, str] | None) -> list[Check]:
+    """The table of the layer-range test of every architecture: from the native group's run of it, else its
+    own run."""
+    if native_outputs is not None and archs.TEST_NAME in native_outputs:
+        return archs.checks(native_outputs[archs.TEST_NAME], 0)
+    exe = build_dir / "bin" / "test-llama-archs"
+    if not exe.is_file():
+        raise VerifyError(f"the build at {build_dir} has no test-llama-archs", hint="run `dgr build`")
+    result = proc.run(
+        [exe, *archs.ARGS], check=False, error=VerifyError, what="test-llama-archs", cwd=build_dir
+    )
+    return archs.checks(result.stdout, result.returncode)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,14 +102,21 @@ def run(args: argparse.Namespace) -> int:
         baseline_worker=baseline.path / "bin" / "layer-worker" if baseline else None,
         sanitized=bool(sanitize),
     )
+    toolchain = Toolchain.find(locks.load_toolchain(ctx.repo.locks_dir))
     results: list[Check] = []
     durations: dict[str, float] = {}
+    native_outputs: dict[str, str] | None = None
     for group in groups:
         start = time.monotonic()
         with log.step(f"verify {group}"):
             if group == "native":
-                toolchain = Toolchain.find(locks.load_toolchain(ctx.repo.locks_dir))
-                results += native.run(toolchain.ctest, patched.path)
+                ran = native.run(toolchain.ctest, patched.path)
+                results += ran.checks
+                native_outputs = ran.outputs
+            elif group == "series":
+                results += _prefixes(ctx, args, sanitize, toolchain, patched)
+            elif group == "archs":
+                results += _archs(patched.path, native_outputs)
             else:
                 if not worker.is_file():
                     raise VerifyError(

@@ -9,7 +9,7 @@ from typing import Any
 from dgr.contracts import REAL_MODEL, SYNTHETIC, Check, Evidence
 from dgr.errors import WorkerRequestError
 from dgr.verify import inventory, synth
-from dgr.verify.client import Worker
+from dgr.verify.client import Context, Worker
 from dgr.verify.env import Env
 from dgr.verify.report import guarded
 
@@ -146,7 +146,7 @@ INVALID_RANGES = {
     (0, 31): "exceeds the number of layers",
     (5, 5): "must be less than layer_end",
     (7, 3): "must be less than layer_end",
-    (0, -2): "must be -1 or in",
+    (30, -1): "must be less than layer_end",
 }
 
 
@@ -176,27 +176,34 @@ def check_invalid_ranges(env: Env) -> Check:
     )
 
 
-def check_uncertified_arch(env: Env) -> Check:
-    path = env.synth(synth.UNCERTIFIED)
+def check_refused_range(env: Env) -> Check:
+    """BitNet's graph reads the token embeddings as its output head: its ranges load, but a range without the
+    input layer cannot be evaluated, and creating its context says which tensor it lacks."""
+    path = env.synth(synth.BITNET)
+    n_layer = synth.BITNET.n_layer
     problems: list[str] = []
     message = ""
-    with Worker(env.worker, "uncertified") as w:
-        whole = _load(w, path, 0, -1, mmap=True)
+    context = Context(n_ctx=64, max_sessions=1, threads=env.threads)
+    with Worker(env.worker, "refused-range") as w:
+        whole = w.load(path, (0, n_layer), context=context)
         if whole["n_tensors"] != len(inventory.read(path).tensors):
             problems.append("the whole model did not load all its tensors")
+        head = w.load(path, (0, n_layer - 1), context=context)
+        if head["layer_end"] != n_layer - 1:
+            problems.append("the range without the output layer did not load")
         try:
-            _load(w, path, 0, 2, mmap=True)
-            problems.append("a partial range of qwen2 was accepted")
+            w.load(path, (1, n_layer), context=context)
+            problems.append("a context of a range without the input layer was created")
         except WorkerRequestError as e:
-            message = e.message.splitlines()[0]
-            if "does not support loading a partial layer range" not in e.message:
-                problems.append(f"unexpected error: {e.message!r}")
+            message = e.message.splitlines()[-1]
+            if e.code != "context_failed" or "token_embd.weight" not in e.message:
+                problems.append(f"unexpected error: {e.code}: {e.message!r}")
     return Check(
         group="ownership",
-        name="uncertified-arch/qwen2",
+        name="refused-range/bitnet",
         evidence=SYNTHETIC,
         passed=not problems,
-        figures={"arch": "qwen2", "message": message},
+        figures={"arch": "bitnet", "message": message},
         detail="\n".join(problems),
     )
 
@@ -214,5 +221,5 @@ def run(env: Env) -> list[Check]:
             )
     checks += guarded("ownership", "peak-rss-10-layers/smollm2", REAL_MODEL, lambda: check_peak_rss(env))
     checks += guarded("ownership", "invalid-ranges/smollm2", REAL_MODEL, lambda: check_invalid_ranges(env))
-    checks += guarded("ownership", "uncertified-arch/qwen2", SYNTHETIC, lambda: check_uncertified_arch(env))
+    checks += guarded("ownership", "refused-range/bitnet", SYNTHETIC, lambda: check_refused_range(env))
     return checks
