@@ -177,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(
         "export-upstream",
-        "render the upstream submission package: patch mails, cover letter, API note, test map, evidence",
+        "render the upstream package: a branch (git bundle) and a description per pull request, the "
+        "discussion post, the reproduction",
     )
     p.add_argument(
         "--out", type=Path, metavar="DIR", help="where to write it (default: upstream-package/out, replaced)"
@@ -185,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the files written and their sha256 as JSON")
     _mirror(p)
 
+    p.add_argument(
+        "--bench",
+        type=Path,
+        metavar="FILE",
+        help="the bench.json of `dgr bench --rpc` to render (default: <cache>/bench/bench.json)",
+    )
     p = command("bench", "measure the split cost, memory per range, the bundle codec and the build")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--quick", action="store_true", help="one repetition, short prompts, no cold builds")

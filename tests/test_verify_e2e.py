@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dgr.contracts import GROUPS
 from dgr.errors import WorkerRequestError
 from dgr.verify import bundle, frames, prompts
 from dgr.verify.client import Context, Worker
@@ -20,7 +21,7 @@ from tests.helpers import ROOT, run_dgr
 
 pytestmark = pytest.mark.e2e
 
-NATIVE_TESTS = {"test-llama-layer-range", "test-llama-boundary", "test-llama-kv-range"}
+NATIVE_TESTS = {"test-llama-layer-range", "test-llama-archs-layer-ranges"}
 
 
 @pytest.fixture(scope="session")
@@ -63,13 +64,34 @@ def test_verify_passes_every_check(verify_run: Any) -> None:
     result, report, _ = verify_run
     failed = [f"{c['group']}/{c['name']}: {c['detail']}" for c in report.get("checks", []) if not c["passed"]]
     assert result.returncode == 0 and report["passed"], "\n".join(failed) or result.stderr[-3000:]
-    assert report["groups"] == ["native", "ownership", "boundary", "kv"]
+    assert report["groups"] == list(GROUPS)
 
 
 def test_native_tests_ran_from_ctest(verify_run: Any) -> None:
     native = checks_of(verify_run[1], "native")
     assert set(native) == NATIVE_TESTS
     assert all(c["evidence"] == "native test" and c["passed"] for c in native.values())
+
+
+def test_every_prefix_of_the_series_builds_and_passes_its_own_tests(verify_run: Any) -> None:
+    series = checks_of(verify_run[1], "series")
+    assert sorted(series) == ["prefix-1", "prefix-2", "prefix-3"]
+    digests = {c["figures"]["inputs_digest"] for c in series.values()}
+    assert len(digests) == 3  # each prefix is a build of its own
+    assert series["prefix-1"]["figures"]["tests"] == {"test-llama-layer-range": True}
+    assert series["prefix-3"]["figures"]["tests"] == dict.fromkeys(NATIVE_TESTS, True)
+
+
+def test_every_architecture_is_certified_or_refused_with_a_reason(verify_run: Any) -> None:
+    archs = checks_of(verify_run[1], "archs")
+    share = archs.pop("certified-share")
+    assert share["passed"] and share["figures"]["certified_share"] >= 0.9 and share["figures"]["failed"] == 0
+    assert len(archs) == share["figures"]["models"] >= 120
+    assert archs["llama/dense"]["figures"]["status"] == "certified"
+    assert archs["gemma3/dense"]["figures"]["status"] == "certified"
+    refused = {n: c["figures"]["reason"] for n, c in archs.items() if c["figures"]["status"] == "refused"}
+    assert refused and all(refused.values())
+    assert "encoder" in refused["t5/dense"]
 
 
 def test_ownership_figures(verify_run: Any) -> None:
