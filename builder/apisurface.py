@@ -195,6 +195,32 @@ def surface(header: str, added: list[tuple[int, str]], post_image: str) -> list[
     return sorted(items, key=lambda item: item.line)
 
 
+def following_member(post_image: str, item: Item) -> str | None:
+    """The first declaration after `item` in the post-image of its header (None: `item` ends its struct or
+    enum): where added fields or enumerators were inserted."""
+    lines = post_image.split("\n")
+    in_comment = False
+    for text in lines[item.end :]:
+        code, in_comment = _code(text, in_comment)
+        code = code.strip()
+        if not code:
+            continue
+        return None if code.startswith("}") else code
+    return None
+
+
+def field_names(item: Item) -> list[str]:
+    """The names of the fields or enumerators of an item of kind "fields" or "enumerators"."""
+    names = []
+    in_comment = False
+    for text in item.code.split("\n"):
+        code, in_comment = _code(text, in_comment)
+        code = code.strip().rstrip(";,").split("=", 1)[0].split("[", 1)[0].strip()
+        if code:
+            names.append(code.split()[-1].lstrip("*&"))
+    return names
+
+
 def block(items: list[Item]) -> str:
     """The items as one piece of code: adjacent declarations stay together, others are a blank line apart."""
     parts: list[str] = []

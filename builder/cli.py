@@ -184,14 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, metavar="DIR", help="where to write it (default: upstream-package/out, replaced)"
     )
     p.add_argument("--json", action="store_true", help="print the files written and their sha256 as JSON")
-    _mirror(p)
-
     p.add_argument(
         "--bench",
         type=Path,
         metavar="FILE",
         help="the bench.json of `dgr bench --rpc` to render (default: <cache>/bench/bench.json)",
     )
+    _mirror(p)
+
     p = command("bench", "measure the split cost, memory per range, the bundle codec and the build")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--quick", action="store_true", help="one repetition, short prompts, no cold builds")

