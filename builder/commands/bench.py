@@ -6,15 +6,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
-from dgr import build, buildplan, buildtime, locks, log, model
+from dgr import build, buildplan, buildtime, gitops, locks, log, model, package, upstream
 from dgr.contracts import BenchModel, BenchResult
 from dgr.errors import EXIT_OK, DgrError, UsageError
 from dgr.fs import writable_dir, write_atomic
 from dgr.paths import Context
 from dgr.verify import inventory
-from dgr.verify.bench import codec, fuzz, machine, memory, split
+from dgr.verify.bench import codec, fuzz, machine, memory, quality, rpc, split
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.fuzz:
         with log.step("fuzz the worker's decoders"):
             fuzzed = fuzz.run(ctx, Path(built.manifest.build.source_dir), args.fuzz_runs)
+    extra = beside_upstream(ctx, bin_dir / "layer-worker", model_path, inv.n_layer, args) if args.rpc else {}
     png = memory.chart(rows, out_dir / "memory.png", model_path.stem, args.ctx)
     result = BenchResult(
         machine=machine(),
@@ -60,16 +63,85 @@ def run(args: argparse.Namespace) -> int:
         fuzz=fuzzed,
         chart=str(png) if png else None,
     )
-    data = (json.dumps(result.to_json(), indent=2) + "\n").encode()
+    data = (json.dumps(result.to_json() | extra, indent=2) + "\n").encode()
     write_atomic(out_dir / "bench.json", data)
     if args.json:
         sys.stdout.write(data.decode())
     else:
-        print(report_text(result))
+        print(report_text(result) + upstream_text(extra))
     log.info(f"results: {out_dir / 'bench.json'}" + (f", chart: {png}" if png else ""))
     if fuzzed is not None and fuzzed.get("crashes", 0):
         raise DgrError("the fuzzer found a crash", detail=str(fuzzed.get("tail", "")))
     return EXIT_OK
+
+
+def beside_upstream(
+    ctx: Context, worker: Path, model_path: Path, n_layer: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """`--rpc`: upstream's tools (`dgr build --tools`, unpatched and patched): perplexity and llama-bench
+    before and after (`upstream_comparison`), and the RPC backend beside layer ranges (`rpc`)."""
+    plan = buildplan.plan(ctx, buildplan.Request())
+    patched = build.run(ctx, buildplan.Request(tools=True))
+    baseline = build.run(ctx, buildplan.Request(tools=True, upstream_only=True))
+    names = [p.name for p in plan.patches]
+    config = package.load_config(ctx.repo.root / "upstream-package" / "package.toml", names)
+    text_name = config.upstream.perplexity_text
+    got = upstream.obtain(ctx.cache, plan.pin, plan.sources)
+    dirs = (Path(baseline.manifest.build.build_dir), Path(patched.manifest.build.build_dir))
+    with tempfile.TemporaryDirectory(prefix="dgr-bench-") as tmp:
+        text = Path(tmp) / Path(text_name).name
+        text.write_text(gitops.file_at(got.repo, plan.pin.commit, text_name), errors="surrogateescape")
+        with log.step(f"perplexity and llama-bench, unpatched and patched ({text_name})"):
+            comparison = quality.compare(
+                baseline.path / "bin",
+                patched.path / "bin",
+                model_path,
+                text,
+                text_name,
+                args.threads,
+                5,
+                dirs,
+            )
+    with log.step("the RPC backend beside layer ranges (loopback)"):
+        beside = rpc.measure(
+            worker,
+            baseline.path / "bin",
+            model_path,
+            n_layer,
+            args.threads,
+            dirs[0],
+            reps=3,
+        )
+    return {"upstream_comparison": comparison, "rpc": beside}
+
+
+def upstream_text(extra: dict[str, Any]) -> str:
+    """The `--rpc` figures as text ("" without them)."""
+    if not extra:
+        return ""
+    c, r = extra["upstream_comparison"], extra["rpc"]
+    p = c["perplexity"]
+    lines = [
+        "",
+        f"perplexity ({p['text']}): unpatched {p['baseline']['final']:.4f}, patched "
+        f"{p['patched']['final']:.4f}, {'identical' if p['identical'] else 'DIFFERENT'} per chunk",
+    ]
+    lines.append(
+        "llama-bench patched / unpatched: "
+        + ", ".join(f"{b['test']} {b['ratio']:.3f}" for b in c["bench"]["results"])
+    )
+    lines.append("")
+    lines.append(
+        "| engine | processes | start | bytes before 1st token | TTFT s | prefill t/s | decode t/s | same |"
+    )
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in r["rows"]:
+        lines.append(
+            f"| {row['engine']} | {row['processes']} | {row['start']} | "
+            f"{row['wire_bytes_before_first_token'] / 2**20:.1f} MiB | {row['ttft_s']:.2f} | "
+            f"{row['prefill_tps']:.1f} | {row['decode_tps']:.1f} | {row['same_output']} |"
+        )
+    return "\n".join(lines)
 
 
 def report_text(r: BenchResult) -> str:
