@@ -47,9 +47,11 @@ def tool_env(bin_dir: Path, tool: str, build_dir: Path | None) -> dict[str, str]
 def perplexity_of(output: str) -> dict[str, Any]:
     """The per-chunk values and the final estimate llama-perplexity printed, as numbers and as text."""
     final = _FINAL.search(output)
-    chunks = _CHUNK.findall(output.split("calculating perplexity", 1)[-1])
+    lines = [line for line in output.splitlines() if re.match(r"\s*\[\d+\]\d", line)]
+    chunks = _CHUNK.findall(lines[-1]) if lines else []
     if final is None or not chunks:
-        raise DgrError("llama-perplexity printed no final estimate", detail=output[-2000:])
+        what = "no final estimate" if final is None else "no per-chunk values"
+        raise DgrError(f"llama-perplexity printed {what}", detail=output[-2000:])
     return {
         "final": float(final.group(1)),
         "error": float(final.group(2)),
