@@ -243,15 +243,21 @@ def _archs(checks: Sequence[Check]) -> dict[str, Any] | None:
     }
 
 
+REAL_MODEL_FIGURES = 8
+"""The scalar figures shown per real-model check (lists and tables stay in the report)."""
+
+
 def _real_model(checks: Sequence[Check]) -> list[dict[str, str]]:
+    def scalars(c: Check) -> str:
+        shown = [
+            f"{k}={fmt(v)}"
+            for k, v in c.figures.items()
+            if isinstance(v, (int, float, bool)) or (isinstance(v, str) and len(v) <= 40)
+        ]
+        return "; ".join(shown[:REAL_MODEL_FIGURES])
+
     return [
-        {
-            "group": c.group,
-            "name": c.name,
-            "figures": "; ".join(f"{k}={fmt(v)}" for k, v in c.figures.items()),
-        }
-        for c in checks
-        if c.evidence == REAL_MODEL
+        {"group": c.group, "name": c.name, "figures": scalars(c)} for c in checks if c.evidence == REAL_MODEL
     ]
 
 
