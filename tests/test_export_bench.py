@@ -111,11 +111,14 @@ def test_a_tool_without_its_impl_library_runs_against_its_build_tree(tmp_path: P
     bin_dir.mkdir()
     (build / "bin").mkdir(parents=True)
     (bin_dir / "llama-bench").write_bytes(b"\x7fELF ... libllama-bench-impl.so ...")
+    quality.tool_env.cache_clear()
     with pytest.raises(DgrError, match=r"lacks libllama-bench-impl\.so"):
         quality.tool_env(bin_dir, "llama-bench", None)
     (build / "bin" / "libllama-bench-impl.so").write_bytes(b"")
+    quality.tool_env.cache_clear()
     assert quality.tool_env(bin_dir, "llama-bench", build) == {"LD_LIBRARY_PATH": str(build / "bin")}
     (bin_dir / "libllama-bench-impl.so").write_bytes(b"")
+    quality.tool_env.cache_clear()
     assert quality.tool_env(bin_dir, "llama-bench", build) == {}
 
 

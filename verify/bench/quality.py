@@ -12,6 +12,7 @@ The result is the `upstream_comparison` key of bench.json (read back by dgr.meas
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -28,9 +29,11 @@ _CHUNK = re.compile(r"\[(\d+)\](\d+(?:\.\d+)?)")
 _FINAL = re.compile(r"Final estimate: PPL = (\d+(?:\.\d+)?) \+/- (\d+(?:\.\d+)?)")
 
 
+@functools.cache
 def tool_env(bin_dir: Path, tool: str, build_dir: Path | None) -> dict[str, str]:
-    """The environment a published tool runs in. Upstream's tools link a `lib<tool>-impl.so` of their own;
-    a published build without it is run against the libraries of its build tree (warned)."""
+    """The environment a published tool runs in (found once per tool and build). Upstream's tools link a
+    `lib<tool>-impl.so` of their own; a published build without it is run against the libraries of its
+    build tree (warned)."""
     impl = f"lib{tool}-impl.so"
     binary = bin_dir / tool
     if not binary.is_file():
