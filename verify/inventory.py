@@ -89,3 +89,21 @@ def split(n_layer: int, k: int) -> list[tuple[int, int]]:
         ranges.append((begin, end))
         begin = end
     return ranges
+
+
+SHARD_COUNTS = (2, 3, 6)
+"""How many ranges the split checks cut a model into, besides every layer alone: halves, thirds and sixths
+(ranges of a few layers; on Gemma 3, whose layers come in groups of five sliding-window layers and one
+full-attention layer, sixths of 18 layers give ranges without a full-attention layer and ranges that end on
+one, and thirds give ranges of one group each)."""
+
+
+def shard_counts(n_layer: int, *, unsplit: bool = False) -> tuple[int, ...]:
+    """The splits the checks run on a model of `n_layer` layers: SHARD_COUNTS that leave more than one layer
+    per range, then `n_layer` (every layer alone); with `unsplit`, 1 (the whole model as one range) first."""
+    if n_layer < 1:
+        raise ValueError(f"a model of {n_layer} layers has no splits")
+    counts = {k for k in SHARD_COUNTS if k < n_layer} | {n_layer}
+    if unsplit:
+        counts.add(1)
+    return tuple(sorted(counts))

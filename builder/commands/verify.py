@@ -1,6 +1,8 @@
 """`dgr verify [--only GROUP,...] [--json] [--junit FILE]`: native tests and conformance checks against the
-published build of the current inputs (built first if needed), with the locked model and synthetic
-fixtures; the report is kept in the cache under `reports/<inputs-digest>.json`; exit 9 on a failure."""
+published build of the current inputs (built first if needed), with every locked model and synthetic
+fixtures; the report is kept in the cache under `reports/<inputs-digest>.json` (`durations_s`: each group,
+and each part of a conformance group: `ownership/fixtures`, `ownership/<model>`, ...); exit 9 on a
+failure."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from dgr.errors import EXIT_OK, UsageError, VerifyError
 from dgr.fs import write_atomic
 from dgr.paths import Context
 from dgr.verify import archs, checks, native
-from dgr.verify.env import Env
+from dgr.verify.env import Env, RealModel
 from dgr.verify.report import junit_xml, table
 
 
@@ -92,11 +94,14 @@ def run(args: argparse.Namespace) -> int:
         if "boundary" in groups
         else None
     )
-    model_path = model.fetch(ctx.cache, locks.load_model(ctx.repo.locks_dir))
     worker = patched.path / "bin" / "layer-worker"
+    models = locks.load_models(ctx.repo.locks_dir).all()
     env = Env(
         worker=worker,
-        model=model_path,
+        models=tuple(
+            RealModel.read(lock.name, path)
+            for lock, path in zip(models, model.fetch_all(ctx.cache, models), strict=True)
+        ),
         fixtures=ctx.cache.root / "fixtures",
         threads=args.threads,
         baseline_worker=baseline.path / "bin" / "layer-worker" if baseline else None,
@@ -123,7 +128,11 @@ def run(args: argparse.Namespace) -> int:
                         f"the build at {patched.path} has no layer-worker",
                         hint="run `dgr build`: it builds verify/worker against the patched library",
                     )
-                results += checks.run(group, env)
+                # the synthetic fixtures, then each locked model, each part timed on its own
+                for part, run_part in checks.parts(group, env):
+                    part_start = time.monotonic()
+                    results += run_part()
+                    durations[f"{group}/{part}"] = round(time.monotonic() - part_start, 1)
         durations[group] = round(time.monotonic() - start, 1)
 
     report = Report(

@@ -11,17 +11,18 @@ from dgr.contracts import REAL_MODEL, Check, Evidence
 from dgr.errors import WorkerRequestError
 from dgr.verify import bundle, inventory, prompts, synth
 from dgr.verify.client import Worker
-from dgr.verify.env import Env
+from dgr.verify.env import Env, RealModel
 from dgr.verify.pipeline import Pipeline
 from dgr.verify.report import guarded, matching_prefix
 
-SPLITS = (2, 3, 5, 30)
 PREFILL_TOKENS = 64
 GEN_TOKENS = 64
 MAX_ABS_LIMIT = 1e-4
+FRAGMENT_BODY = 16 << 10
+"""The frame body limit of the fragmented-bundles check: every bundle and the logits travel in pieces."""
 
 
-def _prefill_tokens(env: Env, pipe: Pipeline, model_is_real: bool) -> list[int]:
+def _prefill_tokens(pipe: Pipeline, model_is_real: bool) -> list[int]:
     if model_is_real:
         tokens = pipe.tokenize(prompts.LONG)
         if len(tokens) < PREFILL_TOKENS:
@@ -32,13 +33,14 @@ def _prefill_tokens(env: Env, pipe: Pipeline, model_is_real: bool) -> list[int]:
 
 
 def check_prefill_splits(env: Env, model: Path, evidence: Evidence, label: str) -> list[Check]:
-    """Tail logits of a split prefill vs the unsplit model's, for every token of the prompt."""
+    """Tail logits of a split prefill vs the unsplit model's, for every token of the prompt, for every
+    split of inventory.shard_counts (halves, thirds, sixths, every layer alone)."""
     n_layer = inventory.read(model).n_layer
     checks = []
     with Pipeline(env.worker, model, [(0, n_layer)], threads=env.threads) as whole:
-        tokens = _prefill_tokens(env, whole, evidence == REAL_MODEL)
+        tokens = _prefill_tokens(whole, evidence == REAL_MODEL)
         ref = whole.step("prefill", 1, 0, tokens, logits="all").logits
-    for k in SPLITS:
+    for k in inventory.shard_counts(n_layer):
         with Pipeline(env.worker, model, inventory.split(n_layer, k), threads=env.threads) as pipe:
             out = pipe.step("prefill", 1, 0, tokens, logits="all").logits
         max_abs = float(np.abs(out - ref).max())
@@ -63,12 +65,13 @@ def check_prefill_splits(env: Env, model: Path, evidence: Evidence, label: str) 
     return checks
 
 
-def check_baseline(env: Env) -> Check:
+def check_baseline(env: Env, m: RealModel) -> Check:
     """The patched build with no range gives the logits of the upstream build, bit for bit."""
+    name = f"no-range-vs-upstream/{m.name}"
     if env.baseline_worker is None:
         return Check(
             group="boundary",
-            name="no-range-vs-upstream/smollm2",
+            name=name,
             evidence=REAL_MODEL,
             passed=False,
             figures={},
@@ -76,7 +79,7 @@ def check_baseline(env: Env) -> Check:
         )
     results = []
     for binary in (env.worker, env.baseline_worker):
-        with Pipeline(binary, env.model, [(0, 30)], threads=env.threads) as pipe:
+        with Pipeline(binary, m.path, m.whole, threads=env.threads) as pipe:
             tokens = pipe.tokenize(prompts.LONG)[:PREFILL_TOKENS]
             results.append(pipe.step("baseline", 1, 0, tokens, logits="all").logits)
             results.append(pipe.step("baseline", 1, len(tokens), [tokens[-1]], logits="all").logits)
@@ -90,7 +93,7 @@ def check_baseline(env: Env) -> Check:
     }
     return Check(
         group="boundary",
-        name="no-range-vs-upstream/smollm2",
+        name=name,
         evidence=REAL_MODEL,
         passed=exact,
         figures=figures,
@@ -98,13 +101,13 @@ def check_baseline(env: Env) -> Check:
     )
 
 
-def check_generation(env: Env) -> Check:
+def check_generation(env: Env, m: RealModel) -> Check:
     """Greedy generation through 3 worker processes equals the unsplit model, token for token."""
     problems = []
     matched = []
     with (
-        Pipeline(env.worker, env.model, [(0, 30)], threads=env.threads) as whole,
-        Pipeline(env.worker, env.model, [(0, 10), (10, 20), (20, 30)], threads=env.threads) as split,
+        Pipeline(env.worker, m.path, m.whole, threads=env.threads) as whole,
+        Pipeline(env.worker, m.path, m.split(3), threads=env.threads) as split,
     ):
         for i, text in enumerate(prompts.GENERATION):
             tokens = whole.tokenize(text)
@@ -116,34 +119,41 @@ def check_generation(env: Env) -> Check:
                 problems.append(f"prompt {i}: diverges at token {same}")
     return Check(
         group="boundary",
-        name="generate-3-workers/smollm2",
+        name=f"generate-3-workers/{m.name}",
         evidence=REAL_MODEL,
         passed=not problems,
-        figures={"prompts": len(prompts.GENERATION), "tokens_each": GEN_TOKENS, "matching_tokens": matched},
+        figures={
+            "prompts": len(prompts.GENERATION),
+            "tokens_each": GEN_TOKENS,
+            "split": [list(r) for r in m.split(3)],
+            "matching_tokens": matched,
+        },
         detail="\n".join(problems),
     )
 
 
-def check_fragments(env: Env) -> Check:
+def check_fragments(env: Env, m: RealModel) -> Check:
     """With a 16 KiB frame limit every bundle and the logits travel as fragments; results stay identical."""
     with (
-        Pipeline(env.worker, env.model, [(0, 30)], threads=env.threads) as whole,
-        Pipeline(env.worker, env.model, [(0, 15), (15, 30)], threads=env.threads, max_body=16 << 10) as split,
+        Pipeline(env.worker, m.path, m.whole, threads=env.threads) as whole,
+        Pipeline(env.worker, m.path, m.split(2), threads=env.threads, max_body=FRAGMENT_BODY) as split,
     ):
         tokens = whole.tokenize(prompts.LONG)[:PREFILL_TOKENS]
         ref = whole.step("frag", 1, 0, tokens, logits="all").logits
         out = split.step("frag", 1, 0, tokens, logits="all").logits
     exact = bool(np.array_equal(ref, out))
-    bundle_bytes = PREFILL_TOKENS * 576 * 4
+    bundle_bytes = PREFILL_TOKENS * m.inv.n_embd * 4
     return Check(
         group="boundary",
-        name="fragmented-bundles/smollm2",
+        name=f"fragmented-bundles/{m.name}",
         evidence=REAL_MODEL,
         passed=exact,
         figures={
-            "max_body": 16 << 10,
+            "max_body": FRAGMENT_BODY,
             "bundle_bytes": bundle_bytes,
-            "fragments_per_bundle": -(-bundle_bytes // (16 << 10)),
+            "fragments_per_bundle": -(-bundle_bytes // FRAGMENT_BODY),
+            "logits_bytes": int(out.nbytes),
+            "fragments_per_logits": -(-int(out.nbytes) // FRAGMENT_BODY),
             "bit_exact": exact,
         },
     )
@@ -159,12 +169,12 @@ def _expect_refusal(w: Worker, code: str, phrase: str, body: bytes = b"", **fiel
     return f"accepted, expected {code}"
 
 
-def check_refusals(env: Env) -> Check:
-    problems: dict[str, str] = {}
+def check_refusals(env: Env, m: RealModel) -> Check:
+    other_spec = synth.LLAMA_UNTIED
     with (
-        Pipeline(env.worker, env.model, [(0, 10), (10, 20), (20, 30)], threads=env.threads) as pipe,
+        Pipeline(env.worker, m.path, m.split(3), threads=env.threads) as pipe,
         Pipeline(
-            env.worker, env.synth(synth.LLAMA_UNTIED), [(0, 10), (10, 30)], threads=env.threads
+            env.worker, env.synth(other_spec), inventory.split(other_spec.n_layer, 2), threads=env.threads
         ) as other,
     ):
         head, middle, tail = pipe.workers
@@ -172,7 +182,8 @@ def check_refusals(env: Env) -> Check:
         n = len(tokens)
         base: dict[str, Any] = {"session": "r", "epoch": 1, "pos": 0, "n_tokens": n}
         good = head.request("decode", tokens=tokens, **base).body
-        other_bundle = other.workers[0].request("decode", tokens=[t % 256 for t in tokens], **base).body
+        other_tokens = [t % other_spec.n_vocab for t in tokens]
+        other_bundle = other.workers[0].request("decode", tokens=other_tokens, **base).body
         # name: (worker, error code, phrase of its message, body, fields over `base`)
         cases: dict[str, tuple[Worker, str, str, bytes, dict[str, Any]]] = {
             "middle fed tokens": (middle, "wrong_input", "not tokens", b"", {"tokens": tokens}),
@@ -183,6 +194,7 @@ def check_refusals(env: Env) -> Check:
             "truncated bundle": (middle, "bad_bundle", "truncated", good[:-100], {}),
             "bundle with trailing bytes": (middle, "bad_bundle", "trailing", good + b"\0" * 8, {}),
         }
+        problems: dict[str, str] = {}
         for name, (w, code, phrase, body, extra) in cases.items():
             err = _expect_refusal(w, code, phrase, body, **{**base, **extra})
             if err:
@@ -191,7 +203,7 @@ def check_refusals(env: Env) -> Check:
         middle.request("decode", good, **base)
     return Check(
         group="boundary",
-        name="refusals/smollm2",
+        name=f"refusals/{m.name}",
         evidence=REAL_MODEL,
         passed=not problems,
         figures={"cases": len(cases), "refused": len(cases) - len(problems)},
@@ -199,47 +211,63 @@ def check_refusals(env: Env) -> Check:
     )
 
 
-def check_codec_roundtrip(env: Env) -> Check:
+def check_codec_roundtrip(env: Env, m: RealModel) -> Check:
     """A bundle the worker wrote decodes in Python with every field, and re-encodes to the same bytes."""
-    with Pipeline(env.worker, env.model, [(0, 10), (10, 30)], threads=env.threads) as pipe:
+    split = [m.split(3)[0], (m.split(3)[0][1], m.n_layer)]
+    with Pipeline(env.worker, m.path, split, threads=env.threads) as pipe:
         tokens = pipe.tokenize(prompts.GENERATION[1])
         rep = pipe.workers[0].request(
             "decode", tokens=tokens, session="c", epoch=3, pos=0, n_tokens=len(tokens)
         )
     b = bundle.decode(rep.body)
     meta_ok = (
-        b.meta.get("layer_end") == "10"
+        b.meta.get("layer_end") == str(split[0][1])
         and b.meta.get("session") == "c"
         and b.meta.get("epoch") == "3"
         and b.meta.get("n_tokens") == str(len(tokens))
     )
     res = b.tensor("residual")
     same = bundle.encode(b.meta, b.tensors) == rep.body
-    passed = meta_ok and res.shape == (len(tokens), 576) and same
+    passed = meta_ok and res.shape == (len(tokens), m.inv.n_embd) and same
     return Check(
         group="boundary",
-        name="bundle-codec-interop/smollm2",
+        name=f"bundle-codec-interop/{m.name}",
         evidence=REAL_MODEL,
         passed=passed,
         figures={"bundle_bytes": len(rep.body), "shape": list(res.shape), "reencoded_identical": same},
     )
 
 
-def run(env: Env) -> list[Check]:
+def run_fixtures(env: Env) -> list[Check]:
+    """Split prefills of the synthetic models."""
     checks: list[Check] = []
-    for model, evidence, label in env.llama_models():
+    for model, evidence, label in env.synthetic_models():
         checks += guarded(
             "boundary",
             f"prefill-splits/{label}",
             evidence,
             partial(check_prefill_splits, env, model, evidence, label),
         )
-    for name, fn in (
-        ("no-range-vs-upstream/smollm2", check_baseline),
-        ("generate-3-workers/smollm2", check_generation),
-        ("fragmented-bundles/smollm2", check_fragments),
-        ("refusals/smollm2", check_refusals),
-        ("bundle-codec-interop/smollm2", check_codec_roundtrip),
-    ):
-        checks += guarded("boundary", name, REAL_MODEL, partial(fn, env))
+    return checks
+
+
+MODEL_CHECKS = (
+    ("no-range-vs-upstream", check_baseline),
+    ("generate-3-workers", check_generation),
+    ("fragmented-bundles", check_fragments),
+    ("refusals", check_refusals),
+    ("bundle-codec-interop", check_codec_roundtrip),
+)
+
+
+def run_model(env: Env, m: RealModel) -> list[Check]:
+    """Split prefills of the model, then MODEL_CHECKS."""
+    checks = guarded(
+        "boundary",
+        f"prefill-splits/{m.name}",
+        REAL_MODEL,
+        partial(check_prefill_splits, env, m.path, REAL_MODEL, m.name),
+    )
+    for name, fn in MODEL_CHECKS:
+        checks += guarded("boundary", f"{name}/{m.name}", REAL_MODEL, partial(fn, env, m))
     return checks

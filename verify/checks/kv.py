@@ -6,17 +6,19 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
+from typing import Any
 
 import numpy as np
 from dgr.contracts import REAL_MODEL, Check
 from dgr.errors import ShardFailedError, WorkerRequestError
-from dgr.verify import prompts
-from dgr.verify.env import Env
+from dgr.verify import inventory, prompts, synth
+from dgr.verify.client import Context, Worker
+from dgr.verify.env import Env, RealModel
 from dgr.verify.pipeline import Pipeline
 from dgr.verify.report import guarded, matching_prefix
 
-THREE = [(0, 10), (10, 20), (20, 30)]
 GEN_TOKENS = 64
 KV_TOLERANCE = 0.01
 FAILURE_DEADLINE = 10.0
@@ -30,12 +32,12 @@ def _refused(fn: Callable[[], object], code: str) -> str | None:
     return f"accepted, expected {code}"
 
 
-def check_interleaved_sessions(env: Env) -> Check:
+def check_interleaved_sessions(env: Env, m: RealModel) -> Check:
     """4 sessions interleaved token by token through 3 workers, each equal to its own unsplit run."""
-    with Pipeline(env.worker, env.model, [(0, 30)], threads=env.threads) as whole:
+    with Pipeline(env.worker, m.path, m.whole, threads=env.threads) as whole:
         prompts_tok = [whole.tokenize(p) for p in prompts.SESSIONS]
         refs = [whole.generate(f"ref{i}", 1, toks, GEN_TOKENS) for i, toks in enumerate(prompts_tok)]
-    with Pipeline(env.worker, env.model, THREE, threads=env.threads, max_sessions=4) as split:
+    with Pipeline(env.worker, m.path, m.split(3), threads=env.threads, max_sessions=4) as split:
         outs: list[list[int]] = []
         pos = []
         for i, toks in enumerate(prompts_tok):
@@ -49,7 +51,7 @@ def check_interleaved_sessions(env: Env) -> Check:
     passed = all(m == GEN_TOKENS for m in matched)
     return Check(
         group="kv",
-        name="interleaved-4-sessions/smollm2",
+        name=f"interleaved-4-sessions/{m.name}",
         evidence=REAL_MODEL,
         passed=passed,
         figures={"sessions": len(prompts_tok), "tokens_each": GEN_TOKENS, "matching_tokens": matched},
@@ -57,57 +59,109 @@ def check_interleaved_sessions(env: Env) -> Check:
     )
 
 
-def check_kv_bytes(env: Env) -> Check:
-    """Each shard's KV cache is its owned share of the whole model's, within 1%."""
-    with Pipeline(env.worker, env.model, [(0, 30)], threads=env.threads) as whole:
-        total = whole.workers[0].request("memory").header["kv_bytes"]
+KV_CONTEXT = Context(n_ctx=4096, max_sessions=1)
+"""The context of the KV bytes check: one session of 4096 cells. A model with sliding-window layers (Gemma 3)
+has two caches, one for those layers and one for its full-attention layers; the worker keeps llama.cpp's
+default `swa_full = true`, so both hold n_ctx cells per layer. With `swa_full = false` the sliding-window
+cache would hold n_swa + n_ubatch = 1024 of the 4096 cells, and a range's share would not be its fraction of
+the layer count: the share is therefore measured per layer."""
+
+
+def kv_verdict(
+    measured: dict[tuple[int, int], int], n_layer: int, splits: list[list[tuple[int, int]]]
+) -> tuple[list[str], dict[str, Any]]:
+    """The problems and figures of KV bytes `measured` per range: every single layer, the whole model and
+    the ranges of `splits` (see check_kv_bytes)."""
+    layers = [measured[(i, i + 1)] for i in range(n_layer)]
+    total = measured[(0, n_layer)]
     problems = []
-    per_shard = []
-    with Pipeline(env.worker, env.model, THREE, threads=env.threads) as split:
-        for (begin, end), w in zip(THREE, split.workers, strict=True):
-            got = w.request("memory").header["kv_bytes"]
-            want = total * (end - begin) / 30
-            dev = abs(got - want) / want
-            per_shard.append(
-                {"layers": [begin, end], "kv_bytes": got, "expected": int(want), "deviation": dev}
-            )
-            if dev > KV_TOLERANCE:
-                problems.append(f"[{begin}, {end}): {got} bytes, expected {want:.0f}")
+    rows: list[dict[str, Any]] = []
+    for begin, end in [(0, n_layer), *(r for split in splits for r in split)]:
+        got, want = measured[(begin, end)], sum(layers[begin:end])
+        naive_share = total * (end - begin) / n_layer
+        dev = abs(got - want) / want
+        rows.append(
+            {
+                "layers": [begin, end],
+                "kv_bytes": got,
+                "expected": want,
+                "deviation": dev,
+                "naive": abs(got - naive_share) / naive_share,
+            }
+        )
+        if dev > KV_TOLERANCE:
+            problems.append(f"[{begin}, {end}): {got} bytes, its layers hold {want}")
+    figures = {
+        "whole_kv_bytes": total,
+        "layer_kv_bytes": layers,
+        "distinct_layer_sizes": sorted(set(layers)),
+        "ranges": rows,
+        "max_deviation": max(r["deviation"] for r in rows),
+        "naive_max_deviation": max(r["naive"] for r in rows),
+    }
+    return problems, figures
+
+
+def check_kv_bytes(env: Env, m: RealModel) -> Check:
+    """Each range's KV cache holds its own layers and nothing else, counted over every cache of the model
+    (sliding-window and full attention): each layer alone gives its bytes; the layers add up to the whole
+    model's, and the ranges of every split (inventory.shard_counts) to their layers', within KV_TOLERANCE.
+
+    The share of a range is the sum of its layers', not its fraction of the layer count, which holds only
+    while every layer holds as many cells (see KV_CONTEXT; `naive_max_deviation` says how far a share by
+    layer count is)."""
+    n = m.n_layer
+    splits = {k: m.split(k) for k in inventory.shard_counts(n) if k < n}
+    ranges = list(
+        dict.fromkeys([(0, n), *((i, i + 1) for i in range(n)), *(r for s in splits.values() for r in s)])
+    )
+    measured: dict[tuple[int, int], int] = {}
+    with Worker(env.worker, f"kv-bytes/{m.name}") as w:
+        for begin, end in ranges:
+            w.load(m.path, (begin, end), context=replace(KV_CONTEXT, threads=env.threads))
+            measured[(begin, end)] = int(w.request("memory").header["kv_bytes"])
+    problems, figures = kv_verdict(measured, n, list(splits.values()))
     return Check(
         group="kv",
-        name="kv-bytes-per-shard/smollm2",
+        name=f"kv-bytes-per-shard/{m.name}",
         evidence=REAL_MODEL,
         passed=not problems,
-        figures={
-            "whole_kv_bytes": total,
-            "shards": per_shard,
-            "max_deviation": max(s["deviation"] for s in per_shard),
-        },
+        figures={"n_ctx": KV_CONTEXT.n_ctx, **figures},
         detail="\n".join(problems),
     )
 
 
-def check_truncate(env: Env) -> Check:
-    """truncate(n_keep) then continue == a fresh prefill of the n_keep tokens, then continue."""
-    with Pipeline(env.worker, env.model, THREE, threads=env.threads) as split:
+def _continue(pipe: Pipeline, session: str, pos: int, token: int, n: int) -> tuple[list[int], np.ndarray]:
+    """`n` greedy tokens from `token` at `pos`, one at a time; with the logits of the first step."""
+    first = pipe.step(session, 1, pos, [token])
+    out = [first.argmax[-1]]
+    while len(out) < n:
+        out.append(pipe.step(session, 1, pos + len(out), [out[-1]]).argmax[-1])
+    return out, first.logits[-1]
+
+
+def check_truncate(env: Env, m: RealModel) -> Check:
+    """truncate(n_keep) then continue == a fresh session fed the kept positions in the same batches (the
+    prompt at once, then the kept generated tokens one at a time), then continued alike: the same tokens and
+    bit-identical logits. (A fresh prefill of the kept tokens in one batch is no reference: on the CPU the
+    quantized kernels of a batch and of a single token round differently, by up to 1.2 in Gemma 3's
+    logits, unsplit as split.)"""
+    with Pipeline(env.worker, m.path, m.split(3), threads=env.threads) as split:
         prompt = split.tokenize(prompts.GENERATION[1])
         generated = split.generate("t", 1, prompt, 16)
         seq = prompt + generated
         n_keep = len(prompt) + 6
         replies = split.broadcast("truncate", session="t", epoch=1, n_keep=n_keep)
-        a_first = split.step("t", 1, n_keep, [seq[n_keep]])
-        a = [a_first.argmax[-1]]
-        for i in range(15):
-            a.append(split.step("t", 1, n_keep + 1 + i, [a[-1]]).argmax[-1])
-        b_first = split.step("fresh", 1, 0, seq[: n_keep + 1])
-        b = [b_first.argmax[-1]]
-        for i in range(15):
-            b.append(split.step("fresh", 1, n_keep + 1 + i, [b[-1]]).argmax[-1])
-    max_abs = float(np.abs(a_first.logits[-1] - b_first.logits[-1]).max())
-    passed = a == b and all(r["n_pos"] == n_keep for r in replies)
+        a, a_first = _continue(split, "t", n_keep, seq[n_keep], 16)
+        split.step("fresh", 1, 0, prompt)
+        for pos in range(len(prompt), n_keep):
+            split.step("fresh", 1, pos, [seq[pos]])
+        b, b_first = _continue(split, "fresh", n_keep, seq[n_keep], 16)
+    max_abs = float(np.abs(a_first - b_first).max())
+    passed = a == b and max_abs == 0.0 and all(r["n_pos"] == n_keep for r in replies)
     return Check(
         group="kv",
-        name="truncate-then-continue/smollm2",
+        name=f"truncate-then-continue/{m.name}",
         evidence=REAL_MODEL,
         passed=passed,
         figures={
@@ -116,17 +170,33 @@ def check_truncate(env: Env) -> Check:
             "identical_tokens": a == b,
             "first_logits_max_abs_diff": max_abs,
         },
-        detail="" if passed else f"truncated run {a} differs from fresh prefill {b}",
+        detail=""
+        if passed
+        else f"truncated run {a} differs from the replayed session {b} (max abs {max_abs})",
     )
 
 
-def check_release_evict_miss(env: Env) -> Check:
+def _reprefill(
+    pipe: Pipeline, session: str, prompt: list[int], generated: list[int], total: int
+) -> list[int]:
+    """Start `session` over with the prompt and the tokens it had generated in one batch, then generate
+    one token at a time until it has `total`; the new tokens."""
+    out = [pipe.step(session, 1, 0, prompt + generated).argmax[-1]]
+    while len(generated) + len(out) < total:
+        out.append(pipe.step(session, 1, len(prompt) + len(generated) + len(out) - 1, [out[-1]]).argmax[-1])
+    return out
+
+
+def check_release_evict_miss(env: Env, m: RealModel) -> Check:
     problems: list[str] = []
     figures: dict[str, object] = {}
-    with Pipeline(env.worker, env.model, [(0, 30)], threads=env.threads) as whole:
+    with Pipeline(env.worker, m.path, m.whole, threads=env.threads) as whole:
         toks = [whole.tokenize(p) for p in prompts.SESSIONS[:3]]
-        ref = whole.generate("ref", 1, toks[0], 24)
-    with Pipeline(env.worker, env.model, THREE, threads=env.threads, max_sessions=2) as split:
+        # the unsplit model fed the same batches as session A below: 8 tokens generated, then everything
+        # prefilled again at once and continued (the batches matter: see check_truncate)
+        ref = whole.generate("ref", 1, toks[0], 8)
+        ref += _reprefill(whole, "ref", toks[0], ref, 24)
+    with Pipeline(env.worker, m.path, m.split(3), threads=env.threads, max_sessions=2) as split:
         # release: the session is gone everywhere and a request for it is a cache miss
         split.generate("rel", 1, toks[1], 4)
         released = split.broadcast("release", session="rel")
@@ -145,19 +215,14 @@ def check_release_evict_miss(env: Env) -> Check:
         if evicted != [["A"], ["A"], ["A"]]:
             problems.append(f"the third session evicted {evicted}, expected A on every shard")
 
-        # a miss, then a re-prefill of everything A had, gives the uninterrupted output
+        # a miss, then a re-prefill of everything A had, continues as the unsplit model does
         pos_a = len(toks[0]) + len(a) - 1
         err = _refused(lambda: split.step("A", 1, pos_a, [a[-1]]), "cache_miss")
         if err:
             problems.append(f"request for the evicted session: {err}")
-        redo = split.step("A", 1, 0, toks[0] + a)
-        cont = [redo.argmax[-1]]
-        pos = len(toks[0]) + len(a)
-        while len(a) + len(cont) < 24:
-            cont.append(split.step("A", 1, pos, [cont[-1]]).argmax[-1])
-            pos += 1
+        cont = _reprefill(split, "A", toks[0], a, 24)
         if a + cont != ref:
-            problems.append("the re-prefilled session differs from the uninterrupted run")
+            problems.append(f"the re-prefilled session {a + cont} differs from the unsplit model's {ref}")
         figures["reprefill_identical"] = a + cont == ref
 
         # stale epoch: a newer epoch took over the session; the old epoch is refused
@@ -170,7 +235,7 @@ def check_release_evict_miss(env: Env) -> Check:
             problems.append(f"unknown newer epoch: {err}")
     return Check(
         group="kv",
-        name="release-evict-miss-epoch/smollm2",
+        name=f"release-evict-miss-epoch/{m.name}",
         evidence=REAL_MODEL,
         passed=not problems,
         figures=figures,
@@ -178,16 +243,29 @@ def check_release_evict_miss(env: Env) -> Check:
     )
 
 
-def check_recipes(env: Env) -> Check:
-    """A saved session restores into a worker with the same recipe and continues identically;
-    another layer range, cache type or a whole-model state is refused."""
+def check_recipes(env: Env, m: RealModel) -> Check:
+    """A saved session restores into a worker with the same recipe and continues identically; a state of
+    another layer range, another K cache type, the whole model, or the same range of another model (a
+    synthetic one) is refused with `incompatible_recipe`."""
     problems: list[str] = []
     refusals: dict[str, str] = {}
+    three = m.split(3)
+    other_spec = synth.LLAMA_UNTIED
+    other_head = (0, min(three[0][1], other_spec.n_layer - 1))
     with (
-        Pipeline(env.worker, env.model, THREE, threads=env.threads) as split,
-        Pipeline(env.worker, env.model, THREE, threads=env.threads) as twin,
-        Pipeline(env.worker, env.model, THREE, threads=env.threads, type_k="f32") as other_type,
-        Pipeline(env.worker, env.model, [(0, 30)], threads=env.threads) as whole,
+        Pipeline(env.worker, m.path, three, threads=env.threads) as split,
+        Pipeline(env.worker, m.path, three, threads=env.threads) as twin,
+        Pipeline(env.worker, m.path, three, threads=env.threads, type_k="f32") as other_type,
+        Pipeline(env.worker, m.path, m.whole, threads=env.threads) as whole,
+        Pipeline(
+            env.worker, m.path, [other_head, (other_head[1], m.n_layer)], threads=env.threads
+        ) as same_head,
+        Pipeline(
+            env.worker,
+            env.synth(other_spec),
+            [other_head, (other_head[1], other_spec.n_layer)],
+            threads=env.threads,
+        ) as other_model,
     ):
         prompt = split.tokenize(prompts.GENERATION[0])
         gen = split.generate("r", 1, prompt, 8)
@@ -200,10 +278,20 @@ def check_recipes(env: Env) -> Check:
 
         whole.generate("r", 1, prompt, 2)
         whole_state = whole.workers[0].request("state_save", session="r", epoch=1).body
+        other_model.workers[0].request(
+            "decode",
+            tokens=[t % other_spec.n_vocab for t in prompt],
+            session="r",
+            epoch=1,
+            pos=0,
+            n_tokens=len(prompt),
+        )
+        other_state = other_model.workers[0].request("state_save", session="r", epoch=1).body
         cases = {
             "layers": (twin.workers[1], states[0]),
             "cache_type": (other_type.workers[0], states[0]),
             "missing": (twin.workers[0], whole_state),
+            "model": (same_head.workers[0], other_state),
         }
         for want, (w, state) in cases.items():
             try:
@@ -215,7 +303,7 @@ def check_recipes(env: Env) -> Check:
                     problems.append(f"{want}: {e.code}: {e.message}")
     return Check(
         group="kv",
-        name="state-recipes/smollm2",
+        name=f"state-recipes/{m.name}",
         evidence=REAL_MODEL,
         passed=not problems,
         figures={"states_bytes": [len(s) for s in states], "refused": refusals},
@@ -223,13 +311,13 @@ def check_recipes(env: Env) -> Check:
     )
 
 
-def check_worker_failure(env: Env) -> Check:
+def check_worker_failure(env: Env, m: RealModel) -> Check:
     """The middle worker dies (or hangs) mid-generation: the failing shard is named within the deadline,
     and the other workers release the session."""
     problems: list[str] = []
     figures: dict[str, object] = {}
     for mode in ("killed", "hung"):
-        with Pipeline(env.worker, env.model, THREE, threads=env.threads, timeout=FAILURE_DEADLINE) as split:
+        with Pipeline(env.worker, m.path, m.split(3), threads=env.threads, timeout=FAILURE_DEADLINE) as split:
             prompt = split.tokenize(prompts.GENERATION[2])
             out = split.generate("f", 1, prompt, 4)
             victim = split.workers[1].proc
@@ -252,7 +340,7 @@ def check_worker_failure(env: Env) -> Check:
                 os.kill(victim.pid, signal.SIGKILL)
     return Check(
         group="kv",
-        name="worker-failure/smollm2",
+        name=f"worker-failure/{m.name}",
         evidence=REAL_MODEL,
         passed=not problems,
         figures={**figures, "deadline_s": FAILURE_DEADLINE},
@@ -261,17 +349,23 @@ def check_worker_failure(env: Env) -> Check:
 
 
 CHECKS = (
-    ("interleaved-4-sessions/smollm2", check_interleaved_sessions),
-    ("kv-bytes-per-shard/smollm2", check_kv_bytes),
-    ("truncate-then-continue/smollm2", check_truncate),
-    ("release-evict-miss-epoch/smollm2", check_release_evict_miss),
-    ("state-recipes/smollm2", check_recipes),
-    ("worker-failure/smollm2", check_worker_failure),
+    ("interleaved-4-sessions", check_interleaved_sessions),
+    ("kv-bytes-per-shard", check_kv_bytes),
+    ("truncate-then-continue", check_truncate),
+    ("release-evict-miss-epoch", check_release_evict_miss),
+    ("state-recipes", check_recipes),
 )
+DEFAULT_MODEL_CHECKS = (("worker-failure", check_worker_failure),)
+"""Checks of the supervisor, not of the model (a worker killed or stopped): they run on the default model."""
 
 
-def run(env: Env) -> list[Check]:
+def run_fixtures(env: Env) -> list[Check]:
+    """None: the KV checks run on the real models."""
+    return []
+
+
+def run_model(env: Env, m: RealModel) -> list[Check]:
     checks: list[Check] = []
-    for name, fn in CHECKS:
-        checks += guarded("kv", name, REAL_MODEL, partial(fn, env))
+    for name, fn in CHECKS + (DEFAULT_MODEL_CHECKS if m == env.default else ()):
+        checks += guarded("kv", f"{name}/{m.name}", REAL_MODEL, partial(fn, env, m))
     return checks

@@ -6,17 +6,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from dgr.contracts import REAL_MODEL, SYNTHETIC, Check, Evidence
 from dgr.errors import WorkerRequestError
 from dgr.verify import inventory, synth
 from dgr.verify.client import Context, Worker
-from dgr.verify.env import Env
+from dgr.verify.env import Env, RealModel
 from dgr.verify.report import guarded
 
-SPLITS = (1, 2, 3, 5, 30)
 # the largest deviation allowed between the model buffers a shard allocates and the bytes of its tensors
 BUFFER_TOLERANCE = 0.01
-RSS_RATIO_MAX = 0.45
 
 
 def _load(w: Worker, model: Path, begin: int, end: int, mmap: bool) -> dict[str, Any]:
@@ -98,80 +97,139 @@ def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: Evidence, 
     )
 
 
-def check_peak_rss(env: Env) -> Check:
-    """Peak RSS (mmap off) of 10-layer ranges of SmolLM2 against the whole model, each in a fresh process.
+RSS_SLOPE_TOLERANCE = 0.05
+"""How far the growth of peak RSS with the owned bytes may be from 1 (a byte of RSS per byte of tensors)."""
+RSS_SLOPE_SANITIZED = (0.9, 1.5)
+"""The same under ASan/UBSan, whose shadow memory and redzones grow with what a process allocates."""
+RSS_RESIDUAL_MAX = 0.02
+"""How far any range may be from the line, as a fraction of the whole model's owned bytes."""
+RSS_FIXED_MAX = 0.25
+"""The most that the part every range pays alike (the vocabulary, metadata, the loader) may be of the whole
+model's own growth of peak RSS (peak - idle)."""
 
-    The limit applies to the process's peak RSS. Under sanitizers most of a process's memory is their
-    shadow and allocator, so there it applies to what loading adds to an idle worker's peak (net)."""
-    peaks: dict[str, int] = {}
-    with Worker(env.worker, "rss-idle") as w:
-        peaks["idle"] = w.request("memory").header["peak_rss"]
-    for label, (begin, end) in {
-        "whole": (0, -1),
-        "head": (0, 10),
-        "middle": (10, 20),
-        "tail": (20, 30),
-    }.items():
-        with Worker(env.worker, f"rss-{label}") as w:
-            rep = _load(w, env.model, begin, end, mmap=False)
-            peaks[label] = rep["memory"]["peak_rss"]
-    ratios = {f"{k}_ratio": peaks[k] / peaks["whole"] for k in ("head", "middle", "tail")}
-    net = {
-        f"{k}_net_ratio": (peaks[k] - peaks["idle"]) / (peaks["whole"] - peaks["idle"])
-        for k in ("head", "middle", "tail")
-    }
-    criterion = "middle_net_ratio" if env.sanitized else "middle_ratio"
-    value = {**ratios, **net}[criterion]
-    passed = value <= RSS_RATIO_MAX
-    figures = {
+
+def rss_ranges(n_layer: int) -> dict[str, tuple[int, int]]:
+    """The ranges the peak RSS check loads: the whole model, its thirds, and one layer in the middle."""
+    ranges = {"whole": (0, n_layer)}
+    if n_layer >= 3:
+        ranges |= dict(zip(("head", "middle", "tail"), inventory.split(n_layer, 3), strict=True))
+    if n_layer >= 2:
+        ranges["one-layer"] = (n_layer // 2, n_layer // 2 + 1)
+    return ranges
+
+
+def rss_fit(owned: list[int], net: list[int]) -> tuple[float, float, float]:
+    """The least-squares line net = slope * owned + fixed through the points, and the largest residual."""
+    slope, fixed = (float(v) for v in np.polyfit(np.array(owned, float), np.array(net, float), 1))
+    residual = max(abs(n - (slope * o + fixed)) for o, n in zip(owned, net, strict=True))
+    return slope, fixed, float(residual)
+
+
+def rss_verdict(
+    idle: int, peaks: dict[str, int], owned: dict[str, int], sanitized: bool
+) -> tuple[list[str], dict[str, Any]]:
+    """The problems and the figures of peak RSS `peaks` of ranges owning `owned` bytes (both by label; one
+    is "whole"), given an idle worker's peak `idle` (see check_peak_rss)."""
+    labels = list(peaks)
+    slope, fixed, residual = rss_fit([owned[k] for k in labels], [peaks[k] - idle for k in labels])
+    whole_net = peaks["whole"] - idle
+    low, high = RSS_SLOPE_SANITIZED if sanitized else (1 - RSS_SLOPE_TOLERANCE, 1 + RSS_SLOPE_TOLERANCE)
+    problems = []
+    if not low <= slope <= high:
+        problems.append(f"peak RSS grows by {slope:.3f} bytes per owned byte, outside [{low}, {high}]")
+    if residual > RSS_RESIDUAL_MAX * owned["whole"]:
+        problems.append(
+            f"a range is {residual / 2**20:.1f} MiB off the line, over {RSS_RESIDUAL_MAX:.0%} of the model's "
+            f"{owned['whole'] / 2**20:.1f} MiB"
+        )
+    if fixed > RSS_FIXED_MAX * whole_net:
+        problems.append(
+            f"every range pays {fixed / 2**20:.1f} MiB besides its tensors, over {RSS_FIXED_MAX:.0%} of the "
+            f"whole model's {whole_net / 2**20:.1f} MiB"
+        )
+    figures: dict[str, Any] = {
+        "idle_peak_rss": idle,
         **{f"{k}_peak_rss": v for k, v in peaks.items()},
-        **ratios,
-        **net,
-        "criterion": criterion,
-        "limit": RSS_RATIO_MAX,
+        **{f"{k}_owned_bytes": v for k, v in owned.items()},
+        **{f"{k}_ratio": peaks[k] / peaks["whole"] for k in labels if k != "whole"},
+        "slope": slope,
+        "fixed_bytes": fixed,
+        "fixed_fraction": fixed / whole_net,
+        "max_residual_bytes": residual,
+        "slope_limits": [low, high],
+        "residual_limit": RSS_RESIDUAL_MAX,
+        "fixed_limit": RSS_FIXED_MAX,
     }
-    detail = "" if passed else f"middle range [10, 20): {criterion} {value:.1%}, over {RSS_RATIO_MAX:.0%}"
+    return problems, figures
+
+
+def check_peak_rss(env: Env, m: RealModel) -> Check:
+    """A range's process needs the tensors it owns, not the model's: peak RSS (mmap off, each range in a
+    fresh process) minus an idle worker's is a line of the bytes the range owns (read from the file) with a
+    slope of 1 (within RSS_SLOPE_TOLERANCE) and a part every range pays alike (vocabulary, metadata, the
+    loader) of at most RSS_FIXED_MAX of the whole model's; no range is off the line by more than
+    RSS_RESIDUAL_MAX of the whole model's owned bytes. A range that held a tensor of another range (the
+    262k-token embeddings of Gemma 3 in a middle range) would be off the line by that tensor.
+
+    Measured over the whole model, its thirds and one middle layer. Under sanitizers the slope is allowed
+    RSS_SLOPE_SANITIZED (their shadow memory grows with the allocations)."""
+    inv = m.inv
+    with Worker(env.worker, "rss-idle") as w:
+        idle = int(w.request("memory").header["peak_rss"])
+    ranges = rss_ranges(inv.n_layer)
+    peaks: dict[str, int] = {}
+    owned: dict[str, int] = {}
+    for label, (begin, end) in ranges.items():
+        with Worker(env.worker, f"rss-{label}") as w:
+            rep = _load(w, inv.path, begin, end, mmap=False)
+            peaks[label] = int(rep["memory"]["peak_rss"])
+        owned[label] = inv.bytes_of(inv.expected(begin, end))
+    problems, figures = rss_verdict(idle, peaks, owned, env.sanitized)
+    figures["ranges"] = {k: list(v) for k, v in ranges.items()}
     return Check(
         group="ownership",
-        name="peak-rss-10-layers/smollm2",
+        name=f"peak-rss-per-range/{m.name}",
         evidence=REAL_MODEL,
-        passed=passed,
+        passed=not problems,
         figures=figures,
-        detail=detail,
+        detail="\n".join(problems),
     )
 
 
-INVALID_RANGES = {
-    (-1, 5): "must not be negative",
-    (0, 31): "exceeds the number of layers",
-    (5, 5): "must be less than layer_end",
-    (7, 3): "must be less than layer_end",
-    (30, -1): "must be less than layer_end",
-}
+def invalid_ranges(n_layer: int) -> dict[tuple[int, int], str]:
+    """Ranges a model of `n_layer` layers must refuse, with a phrase of the message that says why."""
+    return {
+        (-1, 1): "must not be negative",
+        (0, n_layer + 1): "exceeds the number of layers",
+        (1, 1): "must be less than layer_end",
+        (2, 1): "must be less than layer_end",
+        (n_layer, -1): "must be less than layer_end",
+    }
 
 
-def check_invalid_ranges(env: Env) -> Check:
+def check_invalid_ranges(env: Env, m: RealModel) -> Check:
     problems: list[str] = []
     messages: dict[str, str] = {}
+    cases = invalid_ranges(m.n_layer)
     with Worker(env.worker, "invalid-ranges") as w:
-        for (begin, end), phrase in INVALID_RANGES.items():
+        for (begin, end), phrase in cases.items():
             try:
-                _load(w, env.model, begin, end, mmap=True)
+                _load(w, m.path, begin, end, mmap=True)
                 problems.append(f"[{begin}, {end}) was accepted")
             except WorkerRequestError as e:
                 messages[f"[{begin},{end})"] = e.message.splitlines()[0] if e.message else ""
                 if e.code != "load_failed" or phrase not in e.message:
                     problems.append(f"[{begin}, {end}): {e.code}: {e.message!r} does not say '{phrase}'")
         # the worker survived every refusal and still loads a valid range
-        rep = _load(w, env.model, 0, 1, mmap=True)
+        rep = _load(w, m.path, 0, 1, mmap=True)
         if rep["layer_end"] != 1:
             problems.append("a valid range after the refusals did not load")
     return Check(
         group="ownership",
-        name="invalid-ranges/smollm2",
+        name=f"invalid-ranges/{m.name}",
         evidence=REAL_MODEL,
         passed=not problems,
-        figures={"refused": len(messages), "messages": messages},
+        figures={"refused": len(messages), "cases": len(cases), "messages": messages},
         detail="\n".join(problems),
     )
 
@@ -208,18 +266,36 @@ def check_refused_range(env: Env) -> Check:
     )
 
 
-def run(env: Env) -> list[Check]:
+def run_fixtures(env: Env) -> list[Check]:
+    """Splits of the synthetic models (tied and untied), and the range BitNet's graph cannot evaluate."""
     checks: list[Check] = []
-    for model, evidence, label in env.llama_models():
+    for model, evidence, label in env.synthetic_models():
         inv = inventory.read(model)
-        for k in SPLITS:
+        for k in inventory.shard_counts(inv.n_layer, unsplit=True):
             checks += guarded(
                 "ownership",
                 f"split-{k}/{label}",
                 evidence,
                 partial(check_split, env, inv, k, evidence, label),
             )
-    checks += guarded("ownership", "peak-rss-10-layers/smollm2", REAL_MODEL, lambda: check_peak_rss(env))
-    checks += guarded("ownership", "invalid-ranges/smollm2", REAL_MODEL, lambda: check_invalid_ranges(env))
     checks += guarded("ownership", "refused-range/bitnet", SYNTHETIC, lambda: check_refused_range(env))
+    return checks
+
+
+def run_model(env: Env, m: RealModel) -> list[Check]:
+    """Splits of the model, peak RSS per range, invalid ranges."""
+    checks: list[Check] = []
+    for k in inventory.shard_counts(m.n_layer, unsplit=True):
+        checks += guarded(
+            "ownership",
+            f"split-{k}/{m.name}",
+            REAL_MODEL,
+            partial(check_split, env, m.inv, k, REAL_MODEL, m.name),
+        )
+    checks += guarded(
+        "ownership", f"peak-rss-per-range/{m.name}", REAL_MODEL, partial(check_peak_rss, env, m)
+    )
+    checks += guarded(
+        "ownership", f"invalid-ranges/{m.name}", REAL_MODEL, partial(check_invalid_ranges, env, m)
+    )
     return checks
