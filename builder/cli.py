@@ -222,8 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--split",
         metavar="RANGES",
-        help="layer ranges BEGIN:END,..., one worker process each (default: three equal ranges, "
-        "0:10,10:20,20:30 for the locked model; 0:30 is the unsplit run)",
+        help="layer ranges BEGIN:END,..., one worker process each (default: three (nearly) equal ranges, "
+        "0:10,10:20,20:30 for a 30-layer model; 0:N, all N layers, is the unsplit run)",
     )
     p.add_argument(
         "-n", "--n-tokens", type=positive, default=32, metavar="N", help="tokens to generate (default 32)"
@@ -235,7 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="context cells of every worker, all for the one session (default 2048): prompt + N must fit",
     )
-    p.add_argument("--model", type=Path, metavar="PATH", help="a GGUF model file (default: the locked model)")
+    p.add_argument(
+        "--model",
+        metavar="NAME|PATH",
+        help="a model of locks/model.toml by name (default: its default model), or the path of a GGUF file",
+    )
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     _threads(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")

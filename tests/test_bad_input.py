@@ -47,6 +47,11 @@ def gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
             8,
             "--model /no/such/model.gguf: no such file",
         ),
+        (
+            ["generate", "--model", "llama", "hi"],
+            2,
+            "--model llama: not a model of locks/model.toml (smollm2, gemma3) nor a GGUF file",
+        ),
         (["verify", "--only", "nonsense"], 2, "unknown group(s) in --only 'nonsense': nonsense"),
         (["verify", "--threads", "0"], 2, "argument --threads: 0 is not at least 1"),
         (["bench", "--threads", "-2"], 2, "argument --threads: -2 is not at least 1"),

@@ -1,6 +1,6 @@
-"""`dgr generate [--split RANGES] [-n N] [--ctx N] [--chat] [--json] PROMPT`: greedy generation through a
-chain of layer-worker processes (one per range) on the locked model, compared with the unsplit model;
-exit 9 when the two differ."""
+"""`dgr generate [--model NAME|PATH] [--split RANGES] [-n N] [--ctx N] [--chat] [--json] PROMPT`: greedy
+generation through a chain of layer-worker processes (one per range) on a locked model (the default one
+unless named) or a GGUF file, compared with the unsplit model; exit 9 when the two differ."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from dgr.verify import inventory
 from dgr.verify.pipeline import Pipeline, parse_split
 
 SESSION = "generate"
-SPLIT_HINT = "give contiguous ranges BEGIN:END from 0 to the model's layer count, e.g. 0:10,10:20,20:30"
+SPLIT_HINT = (
+    "give contiguous ranges BEGIN:END from 0 to the model's layer count, e.g. 0:10,10:20,20:30 for 30 layers"
+)
 
 
 def _run(pipe: Pipeline, tokens: list[int], n: int, stop: set[int]) -> tuple[list[int], float]:
@@ -35,6 +37,20 @@ def check_fits(n_prompt: int, n_tokens: int, capacity: int, ctx: int) -> None:
             f"positions, but the context holds {capacity} (--ctx {ctx})",
             hint=f"raise --ctx to at least {n_prompt + n_tokens}, or shorten the prompt or -n",
         )
+
+
+def model_path(ctx: Context, value: str | None) -> Path:
+    """The model of `--model`: a name of locks/model.toml (fetched and verified), else the path of a file;
+    none: the lock's default model. A value that is neither a locked name nor a path is a UsageError."""
+    models = locks.load_models(ctx.repo.locks_dir)
+    if value is None or value in models.models:
+        return model.fetch(ctx.cache, models.get(value))
+    if "/" in value or value.endswith(".gguf") or Path(value).exists():
+        return Path(value).resolve()
+    raise UsageError(
+        f"--model {value}: not a model of locks/model.toml ({', '.join(models.names)}) nor a GGUF file",
+        hint=f"give one of {', '.join(models.names)}, or the path of a .gguf file",
+    )
 
 
 def model_layers(path: Path) -> int:
@@ -66,17 +82,13 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(str(exc), hint=SPLIT_HINT) from exc
     ctx = Context.discover()
-    if args.model:
-        model_path = args.model.resolve()
-        n_layer = model_layers(model_path)
-    else:
-        model_path = model.fetch(ctx.cache, locks.load_model(ctx.repo.locks_dir))
-        n_layer = model_layers(model_path)
+    path = model_path(ctx, args.model)
+    n_layer = model_layers(path)
     split = ranges_of(args.split, n_layer)  # before the build: a split past the last layer is refused now
     worker = build.run(ctx, buildplan.Request(mirror=args.mirror)).path / "bin" / "layer-worker"
     whole_model = [(0, n_layer)]
     # one session per worker: it gets the whole context (a worker gives each session n_ctx / max_sessions)
-    with Pipeline(worker, model_path, split, threads=args.threads, n_ctx=args.ctx, max_sessions=1) as pipe:
+    with Pipeline(worker, path, split, threads=args.threads, n_ctx=args.ctx, max_sessions=1) as pipe:
         tokens = pipe.tokenize(args.prompt, chat=args.chat)
         check_fits(len(tokens), args.n_tokens, pipe.capacity, args.ctx)
         eos = pipe.head.request("tokenize", text="").header
@@ -88,11 +100,12 @@ def run(args: argparse.Namespace) -> int:
     ref, ref_seconds = out, seconds
     if split != whole_model:
         with Pipeline(
-            worker, model_path, whole_model, threads=args.threads, n_ctx=args.ctx, max_sessions=1
+            worker, path, whole_model, threads=args.threads, n_ctx=args.ctx, max_sessions=1
         ) as whole:
             ref, ref_seconds = _run(whole, tokens, args.n_tokens, stop)
     split_text = ",".join(f"{b}:{e}" for b, e in split)
     res: dict[str, Any] = {
+        "model": path.name,
         "split": [list(r) for r in split],
         "prompt_tokens": tokens,
         "tokens": out,
