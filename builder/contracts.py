@@ -589,17 +589,68 @@ class BenchModel:
     file: str
     n_layer: int
     bytes: int
+    name: str = ""
+    """Its name in locks/model.toml (empty: not a locked model)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "n_layer": self.n_layer, "bytes": self.bytes}
+        data: dict[str, Any] = {"file": self.file, "n_layer": self.n_layer, "bytes": self.bytes}
+        return data | ({"name": self.name} if self.name else {})
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> BenchModel:
         d = _mapping(data, where)
+        name = d.get("name", "")
         return cls(
             file=_typed(d, "file", str, where),
             n_layer=_typed(d, "n_layer", int, where),
             bytes=_typed(d, "bytes", int, where),
+            name=name if isinstance(name, str) else "",
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelBench:
+    """The split cost and the memory table of one more locked model (`models.<name>` of bench.json)."""
+
+    name: str
+    model: BenchModel
+    hop_bytes_per_token: int
+    in_process: tuple[SplitCost, ...]
+    workers: tuple[SplitCost, ...]
+    memory: tuple[MemoryRow, ...]
+    chart: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model.to_json(),
+            "hop_bytes_per_token": self.hop_bytes_per_token,
+            "in_process": [r.to_json() for r in self.in_process],
+            "workers": [r.to_json() for r in self.workers],
+            "memory": [r.to_json() for r in self.memory],
+            "chart": self.chart,
+        }
+
+    @classmethod
+    def from_json(cls, name: str, data: Any, where: str) -> ModelBench:
+        d = _mapping(data, where)
+        chart = d.get("chart")
+        return cls(
+            name=name,
+            model=BenchModel.from_json(d.get("model"), f"{where}.model"),
+            hop_bytes_per_token=_typed(d, "hop_bytes_per_token", int, where),
+            in_process=tuple(
+                SplitCost.from_json(r, f"{where}.in_process[{i}]")
+                for i, r in enumerate(_typed(d, "in_process", list, where))
+            ),
+            workers=tuple(
+                SplitCost.from_json(r, f"{where}.workers[{i}]")
+                for i, r in enumerate(_typed(d, "workers", list, where))
+            ),
+            memory=tuple(
+                MemoryRow.from_json(r, f"{where}.memory[{i}]")
+                for i, r in enumerate(_typed(d, "memory", list, where))
+            ),
+            chart=chart if isinstance(chart, str) else None,
         )
 
 
@@ -620,6 +671,8 @@ class BenchResult:
     build: Figures
     fuzz: Figures | None = None
     chart: str | None = None
+    models: tuple[ModelBench, ...] = ()
+    """The other locked models (the keys above are the default model's): `models.<name>` in bench.json."""
     format: int = BENCH_FORMAT
 
     def summary(self) -> dict[str, Any]:
@@ -658,6 +711,8 @@ class BenchResult:
         }
         if self.fuzz is not None:
             data["fuzz"] = dict(self.fuzz)
+        if self.models:
+            data["models"] = {m.name: m.to_json() for m in self.models}
         return data | {"summary": self.summary(), "chart": self.chart}
 
     @classmethod
@@ -694,5 +749,9 @@ class BenchResult:
             build=_figures(d.get("build", {}), f"{where}.build"),
             fuzz=_figures(d["fuzz"], f"{where}.fuzz") if "fuzz" in d else None,
             chart=chart if isinstance(chart, str) else None,
+            models=tuple(
+                ModelBench.from_json(name, m, f"{where}.models.{name}")
+                for name, m in _mapping(d.get("models", {}), f"{where}.models").items()
+            ),
             format=fmt,
         )

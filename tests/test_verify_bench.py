@@ -132,3 +132,45 @@ def test_a_malformed_result_is_refused_naming_the_field(
     target[path[-1]] = value
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         BenchResult.from_json(data)
+
+
+GEMMA: dict[str, Any] = {
+    "model": {"file": "g.gguf", "n_layer": 18, "bytes": 2**28, "name": "gemma3"},
+    "hop_bytes_per_token": 2560,
+    "in_process": RESULT["in_process"],
+    "workers": RESULT["workers"],
+    "memory": [memory_row(0, 18, 1.0), memory_row(6, 12, 0.27)],
+    "chart": "/tmp/memory-gemma3.png",
+}
+
+
+def with_models(**models: Any) -> dict[str, Any]:
+    data = json.loads(json.dumps(RESULT))
+    data["model"]["name"] = "smollm2"
+    data["models"] = json.loads(json.dumps(models))
+    return data
+
+
+def test_the_other_models_are_nested_by_name_and_read_back() -> None:
+    data = with_models(gemma3=GEMMA)
+    result = BenchResult.from_json(data)
+    assert result.model.name == "smollm2" and [m.name for m in result.models] == ["gemma3"]
+    assert result.models[0].memory[1].layers == (6, 12)
+    again = result.to_json()
+    assert again["models"] == data["models"] and again["model"] == data["model"]
+    # the default model's keys stay where they were
+    assert again["memory"] == RESULT["memory"] and again["hop_bytes_per_token"] == 2304
+
+
+def test_report_has_the_tables_of_every_model() -> None:
+    text = bench_command.report_text(BenchResult.from_json(with_models(gemma3=GEMMA)))
+    assert "## gemma3: g.gguf, 18 layers" in text
+    assert text.count("split cost (ratio = split tokens/s / whole tokens/s)") == 2
+    assert "| [6, 12) | 0.27 | 1.0 MiB | 1.0 MiB | 2.0 MiB | 0.27 |" in text
+    assert text.index("## gemma3") < text.index("codec: C++")
+
+
+def test_a_malformed_model_entry_is_refused_naming_it() -> None:
+    broken = {**GEMMA, "workers": "none"}
+    with pytest.raises(ConfigError, match=r"bench result\.models\.gemma3: `workers` is str"):
+        BenchResult.from_json(with_models(gemma3=broken))

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from dgr import build, buildplan, buildtime, gitops, locks, log, model, package, upstream
-from dgr.contracts import BenchModel, BenchResult
+from dgr.contracts import BenchModel, BenchResult, MemoryRow, SplitCost
 from dgr.errors import EXIT_OK, DgrError, UsageError
 from dgr.fs import writable_dir, write_atomic
 from dgr.paths import Context
 from dgr.verify import inventory
-from dgr.verify.bench import codec, fuzz, machine, memory, quality, rpc, split
+from dgr.verify.bench import codec, fuzz, machine, memory, model_bench, quality, rpc, split
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
         )
     built = build.run(ctx, buildplan.Request())
     bin_dir = built.path / "bin"
-    model_path = model.fetch(ctx.cache, locks.load_model(ctx.repo.locks_dir))
+    models = locks.load_models(ctx.repo.locks_dir).all()  # the default model first
+    model_path, *other_paths = model.fetch_all(ctx.cache, models)
     inv = inventory.read(model_path)
     with log.step("split cost, all ranges in one process"):
         in_process = split.in_process(bin_dir, model_path, inv.n_layer, args.quick, args.threads)
@@ -48,12 +49,18 @@ def run(args: argparse.Namespace) -> int:
         with log.step("fuzz the worker's decoders"):
             fuzzed = fuzz.run(ctx, Path(built.manifest.build.source_dir), args.fuzz_runs)
     extra = beside_upstream(ctx, bin_dir / "layer-worker", model_path, inv.n_layer, args) if args.rpc else {}
+    others = tuple(
+        model_bench(
+            bin_dir, lock.name, path, args.quick, args.threads, args.ctx, out_dir / f"memory-{lock.name}.png"
+        )
+        for lock, path in zip(models[1:], other_paths, strict=True)
+    )
     png = memory.chart(rows, out_dir / "memory.png", model_path.stem, args.ctx)
     result = BenchResult(
         machine=machine(),
         quick=args.quick,
         inputs_digest=built.manifest.inputs_digest,
-        model=BenchModel(file=model_path.name, n_layer=inv.n_layer, bytes=inv.n_bytes),
+        model=BenchModel(file=model_path.name, n_layer=inv.n_layer, bytes=inv.n_bytes, name=models[0].name),
         hop_bytes_per_token=inv.n_embd * 4,
         in_process=in_process,
         workers=workers,
@@ -62,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         build=timing,
         fuzz=fuzzed,
         chart=str(png) if png else None,
+        models=others,
     )
     data = (json.dumps(result.to_json() | extra, indent=2) + "\n").encode()
     write_atomic(out_dir / "bench.json", data)
@@ -144,19 +152,20 @@ def upstream_text(extra: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def report_text(r: BenchResult) -> str:
-    m = r.machine
-    lines = [f"dgr bench {m.date} on {m.cpu} ({m.cores} cores){' (quick)' if r.quick else ''}", ""]
-    lines.append("split cost (ratio = split tokens/s / whole tokens/s)")
+def model_lines(
+    in_process: tuple[SplitCost, ...], workers: tuple[SplitCost, ...], memory: tuple[MemoryRow, ...]
+) -> list[str]:
+    """The split cost and memory tables of one model."""
+    lines = ["split cost (ratio = split tokens/s / whole tokens/s)"]
     lines.append("| shards | in-process prefill | in-process decode | workers prefill | workers decode |")
     lines.append("| --- | --- | --- | --- | --- |")
-    for ip, wk in zip(r.in_process, r.workers, strict=True):
+    for ip, wk in zip(in_process, workers, strict=True):
         pf = ", ".join(f"{p.tokens}: {p.ratio:.3f}" for p in ip.prefill)
         wpf = ", ".join(f"{p.tokens}: {p.ratio:.3f}" for p in wk.prefill)
         lines.append(f"| {ip.shards} | {pf} | {ip.decode.ratio:.3f} | {wpf} | {wk.decode.ratio:.3f} |")
     lines.append("")
     lines.append("worker processes, ms per decoded token (whole | each shard | a request doing no work)")
-    for wk in r.workers:
+    for wk in workers:
         d = wk.decode
         if d.whole_step_ms is not None and d.round_trip_ms is not None:
             shards = " + ".join(f"{ms:.2f}" for ms in d.shard_step_ms)
@@ -165,12 +174,22 @@ def report_text(r: BenchResult) -> str:
     lines.append("memory per range (mmap off)")
     lines.append("| layers | owned | model bytes | KV bytes | peak RSS | RSS fraction |")
     lines.append("| --- | --- | --- | --- | --- | --- |")
-    for row in r.memory:
+    for row in memory:
         lines.append(
             f"| [{row.layers[0]}, {row.layers[1]}) | {row.owned_fraction:.2f} | "
             f"{row.model_bytes / 2**20:.1f} MiB | {row.kv_bytes / 2**20:.1f} MiB | "
             f"{row.peak_rss / 2**20:.1f} MiB | {row.peak_rss_fraction:.2f} |"
         )
+    return lines
+
+
+def report_text(r: BenchResult) -> str:
+    m = r.machine
+    lines = [f"dgr bench {m.date} on {m.cpu} ({m.cores} cores){' (quick)' if r.quick else ''}", ""]
+    lines += model_lines(r.in_process, r.workers, r.memory)
+    for other in r.models:
+        lines += ["", f"## {other.name}: {other.model.file}, {other.model.n_layer} layers", ""]
+        lines += model_lines(other.in_process, other.workers, other.memory)
     cpp, py = r.codec["cpp"], r.codec["python"]
     lines.append("")
     lines.append(

@@ -3,6 +3,8 @@
 - split: prefill (64 and 512 tokens) and decode tokens/s of the whole model vs 2, 3 and 5 ranges, (a) all
   ranges in one process (`layer-bench split`), (b) one worker process per range over pipes; ratios to whole;
 - memory: model bytes, KV bytes and peak RSS per range vs its owned fraction, and a PNG chart;
+- both for every locked model (`model_bench`; the default model's at the top of bench.json, the others'
+  under `models.<name>`);
 - codec: bundle encode + decode GB/s vs memcpy of the same bytes (C++ worker codec and Python codec);
 - build (dgr/buildtime.py, it drives `dgr build`): cold `dgr build`, no-op and a rebuild after editing one
   patch, each beside a plain cmake + ninja build of the same targets (skipped by --quick);
@@ -19,7 +21,10 @@ import os
 import platform
 from pathlib import Path
 
-from dgr.contracts import Machine
+from dgr import log
+from dgr.contracts import BenchModel, Machine, ModelBench
+from dgr.verify import inventory
+from dgr.verify.bench import memory, split
 
 
 def machine() -> Machine:
@@ -38,4 +43,29 @@ def machine() -> Machine:
         cores=os.cpu_count(),
         platform=platform.platform(),
         python=platform.python_version(),
+    )
+
+
+def model_bench(
+    bin_dir: Path, name: str, model_path: Path, quick: bool, threads: int, ctx: int, chart: Path
+) -> ModelBench:
+    """The split cost (in one process and one worker per range) and the memory table of one more model,
+    with its memory chart at `chart`."""
+    inv = inventory.read(model_path)
+    worker = bin_dir / "layer-worker"
+    with log.step(f"{name}: split cost, all ranges in one process"):
+        in_process = split.in_process(bin_dir, model_path, inv.n_layer, quick, threads)
+    with log.step(f"{name}: split cost, one worker process per range"):
+        workers = split.workers(worker, model_path, inv.n_layer, quick, threads, ctx)
+    with log.step(f"{name}: memory per range"):
+        rows = memory.measure(worker, model_path, inv, quick, ctx)
+    png = memory.chart(rows, chart, model_path.stem, ctx)
+    return ModelBench(
+        name=name,
+        model=BenchModel(file=model_path.name, n_layer=inv.n_layer, bytes=inv.n_bytes, name=name),
+        hop_bytes_per_token=inv.n_embd * 4,
+        in_process=in_process,
+        workers=workers,
+        memory=rows,
+        chart=str(png) if png else None,
     )

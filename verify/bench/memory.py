@@ -11,15 +11,27 @@ from dgr.verify import inventory, prompts
 from dgr.verify.client import Context, Worker
 
 
+def table_ranges(n_layer: int, quick: bool = False) -> list[tuple[int, int]]:
+    """The ranges of the memory table, from the layer count: the whole model; ranges from the start of the
+    middle third of 1, 3 and 5 layers and the middle third itself; the middle two thirds; the first and the
+    last third (for 30 layers: [0, 30), [10, 11), [10, 13), [10, 15), [10, 20), [5, 25), [0, 10), [20, 30)).
+    Quick: the whole model and the middle third."""
+    third = max(1, n_layer // 3)
+    middle = (third, min(n_layer, 2 * third))
+    grown = [(third, third + size) for size in (1, 3, 5) if third + size < middle[1]]
+    ranges = [(0, n_layer), middle] if quick else [(0, n_layer), *grown, middle]
+    if not quick:
+        ranges += [(n_layer // 6, n_layer - n_layer // 6), (0, third), (n_layer - third, n_layer)]
+    return [r for r in dict.fromkeys(ranges) if 0 <= r[0] < r[1] <= n_layer]
+
+
 def measure(
     worker: Path, model_path: Path, inv: inventory.Inventory, quick: bool, ctx: int = 1024
 ) -> tuple[MemoryRow, ...]:
     """Model bytes, KV bytes (a context of `ctx` cells) and peak RSS (mmap off, fresh process, after a
     64-token prefill) per range."""
     n = inv.n_layer
-    ranges = [(0, n), (10, 11), (10, 13), (10, 15), (10, 20), (5, 25), (0, 10), (20, n)]
-    if quick:
-        ranges = [(0, n), (10, 20)]
+    ranges = table_ranges(n, quick)
     measured: list[tuple[int, int, int, int, int, int]] = []
     for begin, end in ranges:
         with Worker(worker, f"mem[{begin},{end})") as w:
