@@ -47,6 +47,8 @@ class Pull:
     branch: str
     title: str
     patches: tuple[str, ...]
+    why: str = ""
+    """Why these patches go together (or apart): facts, shown in the README and DISCUSSION.md."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,11 @@ def _pulls(raw: Any, series: list[str], problems: list[str]) -> tuple[Pull, ...]
         title = _text(entry, "title", where, problems)
         if title:
             problems += [f"{where}title: {p}" for p in title_problems(title)]
-        pulls.append(Pull(i + 1, branch, title, _strings(entry, "patches", where, problems)))
+        why = entry.get("why", "")
+        if not isinstance(why, str):
+            problems.append(f"{where}why: expected a string")
+            why = ""
+        pulls.append(Pull(i + 1, branch, title, _strings(entry, "patches", where, problems), why.strip()))
     listed = [p for pull in pulls for p in pull.patches]
     if listed != series and all(pull.patches for pull in pulls):
         problems.append(

@@ -261,6 +261,38 @@ def _real_model(checks: Sequence[Check]) -> list[dict[str, str]]:
     ]
 
 
+def _rpc_better(result: Measured) -> list[str]:
+    """Where the RPC backend did better than the layer ranges with as many processes, in this run."""
+    rows = result.rpc.rows
+    found: list[str] = []
+    for ranges in (r for r in rows if r.engine == "ranges"):
+        for rpc in (r for r in rows if r.engine == "rpc" and r.processes == ranges.processes):
+            where = f"{rpc.processes} processes, {rpc.start} start"
+            checks = (
+                ("time to the first token", rpc.ttft_s, ranges.ttft_s, False, "s"),
+                ("prefill", rpc.prefill_tps, ranges.prefill_tps, True, "t/s"),
+                ("decode", rpc.decode_tps, ranges.decode_tps, True, "t/s"),
+                (
+                    "bytes sent before the first token",
+                    rpc.wire_bytes_before_first_token,
+                    ranges.wire_bytes_before_first_token,
+                    False,
+                    "B",
+                ),
+                (
+                    "largest peak RSS of a server or range",
+                    rpc.max_other_rss,
+                    ranges.max_other_rss,
+                    False,
+                    "B",
+                ),
+            )
+            for what, a, b, higher, unit in checks:
+                if (a > b) if higher else (a < b):
+                    found.append(f"{what} ({where}): {fmt(float(a))} {unit} against {fmt(float(b))} {unit}")
+    return found
+
+
 def _ctest_regex(names: Sequence[str]) -> str:
     """`ctest -R` for exactly `names` (regex characters escaped, `-` kept as it is)."""
     return "^(" + "|".join(re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", n) for n in names) + ")$"
@@ -353,6 +385,7 @@ def context(
                 "number": branch.pull.number,
                 "branch": branch.pull.branch,
                 "title": branch.pull.title,
+                "why": branch.pull.why,
                 "bundle": f"PR-{branch.pull.number}.bundle",
                 "body": f"PR-{branch.pull.number}.md",
                 "head": branch.head,
@@ -397,6 +430,7 @@ def context(
         "measured": measured,
         "comparison": comparison,
         "rpc": measured.rpc,
+        "rpc_better": _rpc_better(measured),
         "rpc_head_args": shlex.join(
             f"../models/{a}" if a == measured.rpc.model_file else a for a in measured.rpc.head_args
         ),

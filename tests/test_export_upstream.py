@@ -214,7 +214,12 @@ def bench_data(inputs: str) -> dict[str, Any]:
             "prefill_tps": 180.5,
             "decode_tps": 66.25,
             "same_output": True,
-            "procs": [{"role": "head" if engine == "rpc" else "range", "what": "x", "peak_rss": 100 << 20}],
+            "procs": [{"role": "range", "what": "layers", "peak_rss": 100 << 20}]
+            if engine != "rpc"
+            else [
+                {"role": "head", "what": "llama-completion", "peak_rss": 200 << 20},
+                {"role": "server", "what": "ggml-rpc-server", "peak_rss": 150 << 20},
+            ],
         }
         for engine, n, start, wire, ttft in (
             ("whole", 1, "cold", 2048, 0.4),
@@ -223,6 +228,7 @@ def bench_data(inputs: str) -> dict[str, Any]:
             ("rpc", 2, "later", 68944999, 0.9),
         )
     ]
+    rows[3]["decode_tps"] = 70.5  # the later start of RPC decodes faster than the ranges
     return {
         "format": 1,
         "machine": {"date": "2026-12-01T20:00:00Z", "cpu": "Fixture CPU", "cores": 2},
@@ -397,12 +403,14 @@ def test_stacked_pull_requests_get_a_bundle_and_a_description_each(
         {"branch": "docs-page", "title": "docs : add a fixture page", "patches": PATCHES[:1]},
         {"branch": "readme", "title": "readme : name vendors, mark Hexagon", "patches": PATCHES[1:]},
     ]
+    pulls[1]["why"] = "The README edits touch one table."
     write_package(repo, config(pulls=pulls))
     write_report()
     write_bench()
     out = tmp_path / "out"
     assert export(out) == 0
     assert sorted(tree(out)) == sorted([*FILES, "PR-2.bundle", "PR-2.md"])
+    assert "  The README edits touch one table." in (out / "DISCUSSION.md").read_text()
     first = fetch(pr_upstream, out / "PR-1.bundle", "docs-page", tmp_path / "one")
     assert git(first, "rev-parse", "docs-page^{tree}") == series_tree(
         pr_upstream, repo, tmp_path / "am1", PATCHES[:1]
@@ -486,6 +494,11 @@ def test_the_discussion_has_the_facts_and_leaves_the_prose_to_the_submitter(
     assert "| RPC backend | 2 | first | 94.6 MiB |" in text
     assert "| layer ranges | 2 | cold | 540 KiB |" in text
     assert "./build-master/bin/ggml-rpc-server -H 127.0.0.1 -p 50153 -t 2 -c &" in text
+    # where RPC did better is listed, and only that
+    better = text.split("Where the RPC backend did better", 1)[1].split("<details>", 1)[0]
+    assert [line for line in better.splitlines() if line.startswith("- ")] == [
+        "- decode (2 processes, later start): 70.5 t/s against 66.25 t/s"
+    ]
 
 
 def test_the_reproduction_uses_upstreams_commands_and_names_nothing_of_ours(
