@@ -49,6 +49,8 @@ PACKAGE_DIR = render.PACKAGE_DIR
 CONFIG_FILE = "package.toml"
 DEFAULT_OUT = f"{PACKAGE_DIR}/out"
 MANIFEST = "MANIFEST.sha256"
+GITHUB_BODY_MAX = 65536
+"""The most characters GitHub takes in a pull request description or a comment."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,9 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
         problems = render.kept_verbatim(documents, context, config.upstream.kept_section)
         for name, text in documents.items():
             problems += package.scan_package(name, text, config.deny_words)
+            posted = name == "DISCUSSION.md" or (name.startswith("PR-") and name.endswith(".md"))
+            if posted and len(text) > GITHUB_BODY_MAX:
+                problems.append(f"{name}: {len(text)} characters, GitHub takes at most {GITHUB_BODY_MAX}")
         for b in made:
             problems += package.scan_package(
                 f"{b.pull.branch} (branch name)", b.pull.branch, config.deny_words

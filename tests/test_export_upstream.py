@@ -720,6 +720,15 @@ def test_refuses_a_placeholder_outside_the_submitters_marks(
     refused(tmp_path / "out", 7, capsys, found, "outside the submitter's section")
 
 
+def test_refuses_a_description_longer_than_github_takes(
+    packaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dgr import export as exporting
+
+    monkeypatch.setattr(exporting, "GITHUB_BODY_MAX", 1000)
+    refused(tmp_path / "out", 7, capsys, "PR-1.md: ", "characters, GitHub takes at most 1000")
+
+
 def test_placeholders_between_the_submitters_marks_are_the_submitters() -> None:
     text = (
         f"# x\n{package.SUBMITTER_BEGIN}: write it -->\n<your words> TODO\n{package.SUBMITTER_END}\n<there>\n"
