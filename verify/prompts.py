@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-# long enough for a 64-token prefill with the SmolLM2 tokenizer
+# long enough for a 64-token prefill with the tokenizer of every locked model (77 tokens with SmolLM2's and
+# with Gemma 3's; the checks refuse a prompt that is shorter)
 LONG = (
     "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined "
     "movable metal type, oil-based ink and a wooden screw press into a system that could produce books at a "
