@@ -1,0 +1,216 @@
+"""End-to-end (marker e2e): the upstream package of the real series, as a maintainer would use it.
+
+The repository's series, locks and upstream-package/ are copied; the upstream is fetched into a private
+cache (from the verified upstream of $DGR_TEST_CACHE when it has the pin, else from the sources of
+locks/upstream.toml). The verify report and the bench result are fakes for the real inputs digest: what
+is tested is the package, not the figures. Two renders must be byte-identical; no file may carry a word of
+ours or a placeholder outside the submitter's marks; the bundle's branch, fetched into a fresh clone of the
+pinned upstream, must build with plain cmake (the targets the package's ctest needs, no host CPU detection:
+-march=native enables AMX, which dies with SIGILL on some machines) and pass that ctest.
+
+$DGR_E2E_REPO names another repository to take the series from (a checkout where the pin has moved).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dgr import buildplan, gitops, locks, package
+from dgr.paths import Context
+
+from tests import helpers
+from tests.helpers import ROOT, git, run_dgr
+
+pytestmark = pytest.mark.e2e
+
+COPIED = ("pyproject.toml", "locks", "series", "patches", "upstream-package", "verify/worker")
+
+
+def copy_repository(source: Path, target: Path) -> Path:
+    for name in COPIED:
+        src = source / name
+        if src.is_dir():
+            shutil.copytree(src, target / name, ignore=shutil.ignore_patterns("out", "__pycache__"))
+        elif src.is_file():
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, target / name)
+    return target
+
+
+def fake_bench(digest: str, text: str, model_sha256: str) -> dict[str, Any]:
+    row = {
+        "wire_bytes_before_first_token": 1 << 20,
+        "wire_bytes_per_token": 1 << 17,
+        "ttft_s": 1.0,
+        "prefill_tps": 100.0,
+        "decode_tps": 50.0,
+        "same_output": True,
+        "procs": [{"role": "range", "what": "layers [0, 30)", "peak_rss": 100 << 20}],
+    }
+    return {
+        "format": 1,
+        "machine": {"date": "2026-12-01T00:00:00Z", "cpu": "e2e", "cores": 2},
+        "quick": True,
+        "inputs_digest": digest,
+        "upstream_comparison": {
+            "model": {"file": "model.gguf", "sha256": model_sha256},
+            "threads": 2,
+            "perplexity": {
+                "text": "docs/build.md",
+                "text_sha256": hashlib.sha256(text.encode(errors="surrogateescape")).hexdigest(),
+                "args": ["-c", "512", "--chunks", "8", "-t", "2"],
+                "baseline": {"final": 13.0, "error": 0.5, "chunks": [13.0]},
+                "patched": {"final": 13.0, "error": 0.5, "chunks": [13.0]},
+                "identical": True,
+            },
+            "bench": {
+                "args": ["-p", "512", "-n", "128", "-r", "3", "-t", "2"],
+                "rounds": 1,
+                "results": [{"test": "pp512", "baseline_tps": 1.0, "patched_tps": 1.0, "ratio": 1.0}],
+                "target": 0.99,
+            },
+        },
+        "rpc": {
+            "model": {"file": "model.gguf", "n_layer": 30},
+            "threads": 2,
+            "prompt_tokens": 64,
+            "decode_tokens": 32,
+            "head_args": ["-m", "model.gguf", "--rpc", "127.0.0.1:50152,127.0.0.1:50153"],
+            "server_args": ["-c"],
+            "wire_method": "e2e",
+            "rows": [{"engine": "whole", "processes": 1, "start": "cold", **row}],
+        },
+    }
+
+
+def tool(name: str) -> str:
+    venv = Path(sys.executable).parent / name
+    found = str(venv) if venv.is_file() else shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed")
+    return found
+
+
+def run(cmd: list[str], cwd: Path, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"$ {' '.join(cmd)}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstream(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = copy_repository(Path(os.environ.get("DGR_E2E_REPO") or ROOT), tmp_path / "repo")
+    cache = tmp_path / "cache"
+    env = {"DGR_REPO": str(repo), "DGR_CACHE_DIR": str(cache)}
+    monkeypatch.setenv("DGR_REPO", str(repo))
+    monkeypatch.setenv("DGR_CACHE_DIR", str(cache))
+    plan = buildplan.plan(Context.discover(), buildplan.Request())
+    test_cache = os.environ.get("DGR_TEST_CACHE")
+    verified = Path(test_cache) / "upstream" / f"{plan.pin.commit}.git" if test_cache else None
+    mirror = ["--mirror", str(verified)] if verified is not None and verified.is_dir() else []
+    fetched = run_dgr("fetch", *mirror, env=env)
+    assert fetched.returncode == 0, fetched.stderr
+    upstream_git = Path(fetched.stdout.strip().splitlines()[-1])
+
+    # a passing report and a bench result for the real inputs (fakes: the figures are not under test)
+    helpers.write_report(plan.digest, native=plan.native_tests)
+    text = gitops.file_at(upstream_git, plan.pin.commit, "docs/build.md")
+    bench = cache / "bench" / "bench.json"
+    bench.parent.mkdir(parents=True)
+    model_sha = locks.load_model(repo / "locks").sha256
+    bench.write_text(json.dumps(fake_bench(plan.digest, text, model_sha)))
+
+    start = time.monotonic()
+    one, two = tmp_path / "one", tmp_path / "two"
+    for out in (one, two):
+        rendered = run_dgr("export-upstream", "--out", str(out), *mirror, env=env)
+        assert rendered.returncode == 0, rendered.stderr
+    render_s = time.monotonic() - start
+    files = {p.relative_to(one).as_posix(): p.read_bytes() for p in sorted(one.rglob("*")) if p.is_file()}
+    assert files == {
+        p.relative_to(two).as_posix(): p.read_bytes() for p in sorted(two.rglob("*")) if p.is_file()
+    }
+    config = package.load_config(repo / "upstream-package" / "package.toml", [p.name for p in plan.patches])
+    for name, data in files.items():
+        if name.endswith(".md"):
+            assert package.scan_package(name, data.decode(), config.deny_words) == []
+            assert str(tmp_path) not in data.decode()
+
+    # a fresh clone of the pinned upstream, the bundle's branch fetched and checked out
+    branch = config.pulls[-1].branch
+    clone = tmp_path / "llama.cpp"
+    gitops.init(clone)
+    git(clone, "fetch", "-q", "--depth", "1", f"file://{upstream_git}", plan.pin.commit)
+    git(clone, "checkout", "-q", "--detach", "FETCH_HEAD")
+    git(clone, "fetch", "-q", str(one / f"PR-{len(config.pulls)}.bundle"), f"{branch}:{branch}")
+    git(clone, "checkout", "-q", branch)
+    commits = git(clone, "log", "--format=%an%n%ae%n%B", f"{plan.pin.commit}..{branch}")
+    added = [
+        line for line in git(clone, "diff", plan.pin.commit, branch).splitlines() if line.startswith("+")
+    ]
+    deny = package.deny_pattern(config.deny_words)
+    assert not deny.search(commits)
+    assert [line for line in added if deny.search(line)] == []
+    assert "Upstream-Status" not in commits
+
+    # the package's own test commands: its targets and its ctest -R
+    reproduce = (one / "REPRODUCE.md").read_text()
+    targets = re.search(r"^cmake --build build .*--target (.+)$", reproduce, flags=re.M)
+    regex = re.search(r"^ctest --test-dir build -R '([^']+)'", reproduce, flags=re.M)
+    assert targets is not None and regex is not None
+    start = time.monotonic()
+    run(
+        [
+            tool("cmake"),
+            "-S",
+            str(clone),
+            "-B",
+            str(clone / "build"),
+            "-G",
+            "Ninja",
+            f"-DCMAKE_MAKE_PROGRAM={tool('ninja')}",
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DGGML_NATIVE=OFF",
+        ],
+        clone,
+    )
+    run(
+        [
+            "nice",
+            "-n",
+            "10",
+            tool("cmake"),
+            "--build",
+            str(clone / "build"),
+            "-j",
+            "2",
+            "--target",
+            *targets.group(1).split(),
+        ],
+        clone,
+    )
+    build_s = time.monotonic() - start
+    tested = run(
+        [tool("ctest"), "--test-dir", str(clone / "build"), "-R", regex.group(1), "--output-on-failure"],
+        clone,
+    )
+    names = regex.group(1).strip("^$()").split("|")
+    # ctest 4 says "100% tests passed out of N", earlier ones "100% tests passed, 0 tests failed out of N"
+    assert re.search(rf"100% tests passed(, 0 tests failed)? out of {len(names)}\b", tested.stdout), (
+        tested.stdout
+    )
+    print(
+        f"\n[e2e] export-upstream twice {render_s:.0f} s; cmake + build of {targets.group(1)} "
+        f"{build_s:.0f} s; ctest {time.monotonic() - start - build_s:.0f} s"
+    )
