@@ -142,7 +142,8 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
             )
         with log.step("render the package"):
             files = render.read_upstream(got.repo, pin.commit, config.upstream)
-            model_lock = locks.load_model(repo.locks_dir)
+            sha = result.comparison.model_sha256
+            model_lock = next((m for m in locks.load_models(repo.locks_dir).all() if m.sha256 == sha), None)
             context = render.context(
                 config,
                 plan,
@@ -151,7 +152,7 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
                 report,
                 result,
                 files,
-                model_lock if model_lock.sha256 == result.comparison.model_sha256 else None,
+                model_lock,
             )
             documents = render.render_all(env, context)
         problems = render.kept_verbatim(documents, context, config.upstream.kept_section)

