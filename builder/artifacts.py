@@ -25,6 +25,8 @@ from dgr.errors import BuildError
 
 _LIB_PATTERNS = ("libllama.so*", "libggml*.so*")
 _TEST_LIB_PATTERN = "libllama-common.so*"
+# upstream's tools link a library of their own (lib<tool>-impl.so) beside llama-common
+_TOOL_LIB_PATTERN = "lib*-impl.so*"
 
 
 def _copy(src: Path, dest_dir: Path) -> None:
@@ -40,7 +42,11 @@ def _is_executable(path: Path) -> bool:
 
 
 def collect(dest: Path, llama_bin: Path, plan: Plan, worker: CMakeProject | None) -> None:
-    patterns = [*_LIB_PATTERNS, *((_TEST_LIB_PATTERN,) if plan.native_tests else ())]
+    patterns = [
+        *_LIB_PATTERNS,
+        *((_TEST_LIB_PATTERN,) if plan.native_tests or plan.tool_targets else ()),
+        *((_TOOL_LIB_PATTERN,) if plan.tool_targets else ()),
+    ]
     for pattern in patterns:
         for lib in sorted(llama_bin.glob(pattern)):
             _copy(lib, dest)

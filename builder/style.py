@@ -59,7 +59,9 @@ class _Hunk:
 
 
 def _hunks(diff: str) -> Iterator[_Hunk]:
-    file, first, removed, added = "", 0, [], []
+    file, first = "", 0
+    removed: list[str] = []
+    added: list[str] = []
     in_hunk = False
 
     def flush() -> Iterator[_Hunk]:
