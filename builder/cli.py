@@ -199,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="one repetition, short prompts, no cold builds")
     p.add_argument("--fuzz", action="store_true", help="also fuzz the worker's decoders with libFuzzer")
     p.add_argument(
+        "--rpc",
+        action="store_true",
+        help="also build upstream's tools (--tools) and measure perplexity and llama-bench before/after and "
+        "the RPC backend beside layer ranges",
+    )
+    p.add_argument(
         "--fuzz-runs",
         type=positive,
         default=1_000_000,
