@@ -366,6 +366,6 @@ def run_fixtures(env: Env) -> list[Check]:
 
 def run_model(env: Env, m: RealModel) -> list[Check]:
     checks: list[Check] = []
-    for name, fn in CHECKS + (DEFAULT_MODEL_CHECKS if m == env.default else ()):
+    for name, fn in CHECKS + (DEFAULT_MODEL_CHECKS if m.name == env.default.name else ()):
         checks += guarded("kv", f"{name}/{m.name}", REAL_MODEL, partial(fn, env, m))
     return checks
