@@ -43,9 +43,11 @@ def _prefixes(
     sanitize: tuple[str, ...],
     toolchain: Toolchain,
     patched: build.Result,
+    whole: native.Result | None,
 ) -> list[Check]:
     """A check per prefix of the series: the first k patches, built on their own (cached by their own inputs
-    digest), pass the native tests they add; the whole series is the last prefix."""
+    digest), pass the native tests they add; the whole series is the last prefix (its tests as the native
+    group ran them, when it did)."""
     names = [p.name for p in patched.manifest.patches]
     out = []
     for k in range(1, len(names) + 1):
@@ -56,7 +58,7 @@ def _prefixes(
                 mirror=args.mirror, upstream=args.upstream, sanitize=sanitize, prefix=k
             )
             prefix = build.run(ctx, request)
-        ran = native.run(toolchain.ctest, prefix.path)
+        ran = whole if k == len(names) and whole is not None else native.run(toolchain.ctest, prefix.path)
         out.append(native.prefix_check(k, names[:k], prefix.manifest.inputs_digest, ran))
     return out
 
@@ -110,18 +112,17 @@ def run(args: argparse.Namespace) -> int:
     toolchain = Toolchain.find(locks.load_toolchain(ctx.repo.locks_dir))
     results: list[Check] = []
     durations: dict[str, float] = {}
-    native_outputs: dict[str, str] | None = None
+    native_ran: native.Result | None = None
     for group in groups:
         start = time.monotonic()
         with log.step(f"verify {group}"):
             if group == "native":
-                ran = native.run(toolchain.ctest, patched.path)
-                results += ran.checks
-                native_outputs = ran.outputs
+                native_ran = native.run(toolchain.ctest, patched.path)
+                results += native_ran.checks
             elif group == "series":
-                results += _prefixes(ctx, args, sanitize, toolchain, patched)
+                results += _prefixes(ctx, args, sanitize, toolchain, patched, native_ran)
             elif group == "archs":
-                results += _archs(patched.path, native_outputs)
+                results += _archs(patched.path, native_ran.outputs if native_ran else None)
             else:
                 if not worker.is_file():
                     raise VerifyError(
