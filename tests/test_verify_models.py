@@ -112,8 +112,10 @@ def test_a_slope_of_two_is_refused_but_the_sanitizers_get_room() -> None:
     doubled = {k: 2 * v for k, v in GEMMA_OWNED.items()}
     problems, _ = ownership.rss_verdict(IDLE, peaks_of(doubled, GEMMA_FIXED), owned, sanitized=False)
     assert any("grows by 2.000 bytes per owned byte" in p for p in problems)
-    asan = {k: 1.2 * v for k, v in GEMMA_OWNED.items()}
-    assert ownership.rss_verdict(IDLE, peaks_of(asan, GEMMA_FIXED), owned, sanitized=True)[0] == []
+    # under ASan (measured on Gemma 3): 3% more per owned byte and a third of the whole model's fixed
+    asan = {k: 1.03 * v for k, v in GEMMA_OWNED.items()}
+    assert ownership.rss_verdict(IDLE, peaks_of(asan, 128.0), owned, sanitized=True)[0] == []
+    assert ownership.rss_verdict(IDLE, peaks_of(asan, 128.0), owned, sanitized=False)[0] != []
 
 
 def kv_measured(per_layer: list[int], splits: list[list[tuple[int, int]]]) -> dict[tuple[int, int], int]:

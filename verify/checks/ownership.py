@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -97,15 +98,27 @@ def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: Evidence, 
     )
 
 
-RSS_SLOPE_TOLERANCE = 0.05
-"""How far the growth of peak RSS with the owned bytes may be from 1 (a byte of RSS per byte of tensors)."""
-RSS_SLOPE_SANITIZED = (0.9, 1.5)
-"""The same under ASan/UBSan, whose shadow memory and redzones grow with what a process allocates."""
-RSS_RESIDUAL_MAX = 0.02
-"""How far any range may be from the line, as a fraction of the whole model's owned bytes."""
-RSS_FIXED_MAX = 0.25
-"""The most that the part every range pays alike (the vocabulary, metadata, the loader) may be of the whole
-model's own growth of peak RSS (peak - idle)."""
+@dataclass(frozen=True)
+class RssLimits:
+    """The limits of the peak RSS check (see check_peak_rss)."""
+
+    slope: tuple[float, float]
+    """The growth of peak RSS per owned byte (a byte of RSS per byte of tensors: 1)."""
+    residual: float
+    """How far any range may be from the line, as a fraction of the whole model's owned bytes."""
+    fixed: float
+    """The most that the part every range pays alike (the vocabulary, metadata, the loader) may be of the
+    whole model's own growth of peak RSS (peak - idle)."""
+
+
+RSS_LIMITS = RssLimits(slope=(0.95, 1.05), residual=0.02, fixed=0.25)
+"""Measured: slope 1.000 for SmolLM2 and Gemma 3, residual under 0.1% of the owned bytes, fixed part 17% of
+the whole model's (SmolLM2, its 49k-token vocabulary) and 18% (Gemma 3, 262k tokens)."""
+RSS_LIMITS_SANITIZED = RssLimits(slope=(0.9, 1.5), residual=0.05, fixed=0.5)
+"""Under ASan/UBSan, whose shadow memory grows with what a process allocates and whose redzones and
+quarantine with the number of allocations (the vocabulary's many small ones): measured slope 1.03, residual
+2.6% and fixed part 34% (Gemma 3). A range holding another range's tensors is still far off the line
+(Gemma 3's embeddings are 72% of its owned bytes)."""
 
 
 def rss_ranges(n_layer: int) -> dict[str, tuple[int, int]]:
@@ -133,18 +146,19 @@ def rss_verdict(
     labels = list(peaks)
     slope, fixed, residual = rss_fit([owned[k] for k in labels], [peaks[k] - idle for k in labels])
     whole_net = peaks["whole"] - idle
-    low, high = RSS_SLOPE_SANITIZED if sanitized else (1 - RSS_SLOPE_TOLERANCE, 1 + RSS_SLOPE_TOLERANCE)
+    limits = RSS_LIMITS_SANITIZED if sanitized else RSS_LIMITS
+    low, high = limits.slope
     problems = []
     if not low <= slope <= high:
         problems.append(f"peak RSS grows by {slope:.3f} bytes per owned byte, outside [{low}, {high}]")
-    if residual > RSS_RESIDUAL_MAX * owned["whole"]:
+    if residual > limits.residual * owned["whole"]:
         problems.append(
-            f"a range is {residual / 2**20:.1f} MiB off the line, over {RSS_RESIDUAL_MAX:.0%} of the model's "
+            f"a range is {residual / 2**20:.1f} MiB off the line, over {limits.residual:.0%} of the model's "
             f"{owned['whole'] / 2**20:.1f} MiB"
         )
-    if fixed > RSS_FIXED_MAX * whole_net:
+    if fixed > limits.fixed * whole_net:
         problems.append(
-            f"every range pays {fixed / 2**20:.1f} MiB besides its tensors, over {RSS_FIXED_MAX:.0%} of the "
+            f"every range pays {fixed / 2**20:.1f} MiB besides its tensors, over {limits.fixed:.0%} of the "
             f"whole model's {whole_net / 2**20:.1f} MiB"
         )
     figures: dict[str, Any] = {
@@ -157,8 +171,8 @@ def rss_verdict(
         "fixed_fraction": fixed / whole_net,
         "max_residual_bytes": residual,
         "slope_limits": [low, high],
-        "residual_limit": RSS_RESIDUAL_MAX,
-        "fixed_limit": RSS_FIXED_MAX,
+        "residual_limit": limits.residual,
+        "fixed_limit": limits.fixed,
     }
     return problems, figures
 
@@ -166,13 +180,13 @@ def rss_verdict(
 def check_peak_rss(env: Env, m: RealModel) -> Check:
     """A range's process needs the tensors it owns, not the model's: peak RSS (mmap off, each range in a
     fresh process) minus an idle worker's is a line of the bytes the range owns (read from the file) with a
-    slope of 1 (within RSS_SLOPE_TOLERANCE) and a part every range pays alike (vocabulary, metadata, the
-    loader) of at most RSS_FIXED_MAX of the whole model's; no range is off the line by more than
-    RSS_RESIDUAL_MAX of the whole model's owned bytes. A range that held a tensor of another range (the
-    262k-token embeddings of Gemma 3 in a middle range) would be off the line by that tensor.
+    slope of 1 and a part every range pays alike (vocabulary, metadata, the loader) of at most a quarter of
+    the whole model's; no range is off the line by more than 2% of the whole model's owned bytes
+    (RSS_LIMITS). A range that held a tensor of another range (the 262k-token embeddings of Gemma 3 in a
+    middle range) would be off the line by that tensor.
 
-    Measured over the whole model, its thirds and one middle layer. Under sanitizers the slope is allowed
-    RSS_SLOPE_SANITIZED (their shadow memory grows with the allocations)."""
+    Measured over the whole model, its thirds and one middle layer; under sanitizers with the limits of
+    RSS_LIMITS_SANITIZED."""
     inv = m.inv
     with Worker(env.worker, "rss-idle") as w:
         idle = int(w.request("memory").header["peak_rss"])
