@@ -21,8 +21,9 @@ from dgr.errors import UsageError
 from dgr.paths import Context
 from dgr.upstream import select
 
-INPUTS_FORMAT = 2
-"""2: the upstream as commit, tree and date (not the text of locks/upstream.toml), no manifest text."""
+INPUTS_FORMAT = 3
+"""2: the upstream as commit, tree and date (not the text of locks/upstream.toml), no manifest text;
+3: the series as the patches in order (names and digests), not the text of the order file (its comments)."""
 # tests/CMakeLists.txt: `llama_build_and_test(<file>.cpp [NAME n] ...)` builds a target and registers its
 # test, `llama_test(<target> [NAME n] ...)` registers a test of a target built otherwise
 _NATIVE_TEST = re.compile(r"\b(llama_build_and_test|llama_test)\s*\(([^)]*)\)")
@@ -161,7 +162,6 @@ def plan(ctx: Context, request: Request) -> Plan:
         "upstream_only": request.upstream_only,
         "upstream": {"commit": pin.commit, "tree": pin.tree, "commit_date": pin.commit_date.isoformat()},
         "locks": {"toolchain.toml": tomli_w.dumps(toolchain_lock.to_toml(tools=request.tools))},
-        "series": "" if request.upstream_only else repo.series_file.read_text(),
         "patches": [[ref.name, ref.sha256] for ref in patch_refs],
         "worker": worker,
         "toolchain": toolchain.identity(),

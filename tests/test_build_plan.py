@@ -82,6 +82,18 @@ def test_bookkeeping_does_not_enter_the_digest(repo: Path) -> None:
     assert digest() != first
 
 
+def test_comments_of_the_order_file_do_not_enter_the_digest_but_the_order_does(repo: Path) -> None:
+    first = digest()
+    order = repo / "series" / "series"
+    names = [line for line in order.read_text().splitlines() if line and not line.startswith("#")]
+    order.write_text("# a comment of the series\n" + "\n".join(names) + "\n")
+    write_manifest(repo)
+    assert digest() == first
+    order.write_text("\n".join(reversed(names)) + "\n")
+    write_manifest(repo)
+    assert digest() != first
+
+
 def test_worker_sources_enter_the_digest(repo: Path) -> None:
     without = digest()
     shutil.copytree(FIXTURES / "worker", repo / "verify" / "worker")
