@@ -98,10 +98,12 @@ def measure(ctx: Context, quick: bool) -> dict[str, float | str]:
 # an added line of boundary-tensors.patch (in src/llama-context.cpp) and the edit made to it
 EDIT_PATCH = "boundary-tensors.patch"
 EDIT_FROM = (
-    "+    // a partial model without the output layer outputs the input of the layer that follows its range"
+    "+    // a model without the output layer outputs the input of layer layer_end, "
+    "see llama_get_embeddings_layer_inp()"
 )
 EDIT_TO = (
-    "+    // a partial model without the output layer returns the input of the layer that follows its range"
+    "+    // a model without the output layer returns the input of layer layer_end, "
+    "see llama_get_embeddings_layer_inp()"
 )
 
 
@@ -109,7 +111,18 @@ def edit_rebuild(
     ctx: Context, toolchain: Toolchain, build_dir: Path, targets: list[str]
 ) -> dict[str, float | str]:
     """A comment edited in one patch: `dgr build` of a copy of the repository (sharing the cache, so the work
-    tree is incremental), then plain ninja for the same change back in the same work tree."""
+    tree is incremental), then plain ninja for the same change back in the same work tree. Both start from
+    the work tree at the series, built: the prefixes of the series (`dgr verify`) share it."""
+    manifest = build.run(ctx, buildplan.Request()).manifest
+    src = Path(manifest.build.source_dir)
+
+    def series_built() -> None:
+        gitops.git(["checkout", "--quiet", "--force", "--detach", manifest.patched.commit], cwd=src)
+        proc.run(
+            [toolchain.ninja, "-C", build_dir, *targets], error=BuildError, what="ninja failed", timeout=3600
+        )
+
+    series_built()
     with tempfile.TemporaryDirectory(prefix="dgr-bench-repo-") as tmp:
         copy = Path(tmp)
         shutil.copy(ctx.repo.root / "pyproject.toml", copy)
@@ -135,13 +148,8 @@ def edit_rebuild(
         # the edited series is not the user's: its published build goes again
         shutil.rmtree(json.loads(edited.stdout)["path"], ignore_errors=True)
     # the work tree now holds the edited file: put the original back and let ninja rebuild the same files
-    manifest = build.run(ctx, buildplan.Request()).manifest
-    src = Path(manifest.build.source_dir)
-    gitops.git(["checkout", "--quiet", "--force", "--detach", manifest.patched.commit], cwd=src)
     start = time.perf_counter()
-    proc.run(
-        [toolchain.ninja, "-C", build_dir, *targets], error=BuildError, what="ninja failed", timeout=3600
-    )
+    series_built()
     ninja_s = time.perf_counter() - start
     return {
         "edit_dgr_s": dgr_s,

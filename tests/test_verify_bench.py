@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from dgr import buildtime
 from dgr.commands import bench as bench_command
 from dgr.contracts import BenchResult
 from dgr.errors import ConfigError
@@ -174,3 +175,11 @@ def test_a_malformed_model_entry_is_refused_naming_it() -> None:
     broken = {**GEMMA, "workers": "none"}
     with pytest.raises(ConfigError, match=r"bench result\.models\.gemma3: `workers` is str"):
         BenchResult.from_json(with_models(gemma3=broken))
+
+
+def test_the_edit_benchmark_edits_a_line_the_series_adds() -> None:
+    """`dgr bench`'s edited-patch rebuild changes one added comment line of a patch of the series: the
+    line must still be there (else the measurement is skipped with a note)."""
+    text = (ROOT / "patches" / buildtime.EDIT_PATCH).read_text()
+    assert text.count(buildtime.EDIT_FROM + "\n") == 1
+    assert buildtime.EDIT_TO.split("//")[0] == buildtime.EDIT_FROM.split("//")[0] != buildtime.EDIT_TO

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr import build, buildplan, buildtime, gitops, locks, log, model, package, upstream
-from dgr.contracts import BenchModel, BenchResult, MemoryRow, SplitCost
+from dgr.contracts import BenchModel, BenchResult, Comparison, MemoryRow, Rpc, SplitCost
 from dgr.errors import EXIT_OK, DgrError, UsageError
 from dgr.fs import writable_dir, write_atomic
 from dgr.paths import Context
@@ -70,8 +70,10 @@ def run(args: argparse.Namespace) -> int:
         fuzz=fuzzed,
         chart=str(png) if png else None,
         models=others,
+        upstream_comparison=Comparison.from_json(extra["upstream_comparison"]) if extra else None,
+        rpc=Rpc.from_json(extra["rpc"]) if extra else None,
     )
-    data = (json.dumps(result.to_json() | extra, indent=2) + "\n").encode()
+    data = (json.dumps(result.to_json(), indent=2) + "\n").encode()
     write_atomic(out_dir / "bench.json", data)
     if args.json:
         sys.stdout.write(data.decode())
