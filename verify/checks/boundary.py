@@ -66,7 +66,8 @@ def check_prefill_splits(env: Env, model: Path, evidence: Evidence, label: str) 
 
 
 def check_baseline(env: Env, m: RealModel) -> Check:
-    """The patched build with no range gives the logits of the upstream build, bit for bit."""
+    """The patched build with no range gives the logits and the saved state of the upstream build, bit for
+    bit."""
     name = f"no-range-vs-upstream/{m.name}"
     if env.baseline_worker is None:
         return Check(
@@ -78,26 +79,37 @@ def check_baseline(env: Env, m: RealModel) -> Check:
             detail="no upstream baseline build: run `dgr build --upstream-only`",
         )
     results = []
+    states = []
     for binary in (env.worker, env.baseline_worker):
         with Pipeline(binary, m.path, m.whole, threads=env.threads) as pipe:
             tokens = pipe.tokenize(prompts.LONG)[:PREFILL_TOKENS]
             results.append(pipe.step("baseline", 1, 0, tokens, logits="all").logits)
             results.append(pipe.step("baseline", 1, len(tokens), [tokens[-1]], logits="all").logits)
+            # the saved state of the session (its KV cache): the patch keeps a whole model's state format
+            states.append(pipe.workers[0].request("state_save", session="baseline", epoch=1).body)
     patched = np.concatenate(results[:2])
     upstream = np.concatenate(results[2:])
     exact = bool(np.array_equal(patched, upstream))
+    same_state = states[0] == states[1]
     figures = {
         "tokens": PREFILL_TOKENS + 1,
         "bit_identical": exact,
         "max_abs_diff": float(np.abs(patched - upstream).max()),
+        "state_bytes": [len(s) for s in states],
+        "state_identical": same_state,
     }
+    problems = [] if exact else ["the logits of the patched build without a range differ from upstream"]
+    if not same_state:
+        problems.append(
+            f"the saved state differs from upstream's ({len(states[0])} vs {len(states[1])} bytes)"
+        )
     return Check(
         group="boundary",
         name=name,
         evidence=REAL_MODEL,
-        passed=exact,
+        passed=not problems,
         figures=figures,
-        detail="" if exact else "the patched build without a range differs from upstream",
+        detail="; ".join(problems),
     )
 
 
