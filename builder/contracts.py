@@ -619,9 +619,11 @@ class ModelBench:
     workers: tuple[SplitCost, ...]
     memory: tuple[MemoryRow, ...]
     chart: str | None = None
+    upstream_comparison: Comparison | None = None
+    """`--rpc`: perplexity and llama-bench of this model, patched without a range vs upstream."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "model": self.model.to_json(),
             "hop_bytes_per_token": self.hop_bytes_per_token,
             "in_process": [r.to_json() for r in self.in_process],
@@ -629,6 +631,9 @@ class ModelBench:
             "memory": [r.to_json() for r in self.memory],
             "chart": self.chart,
         }
+        if self.upstream_comparison is not None:
+            data["upstream_comparison"] = self.upstream_comparison.to_json()
+        return data
 
     @classmethod
     def from_json(cls, name: str, data: Any, where: str) -> ModelBench:
@@ -651,6 +656,11 @@ class ModelBench:
                 for i, r in enumerate(_typed(d, "memory", list, where))
             ),
             chart=chart if isinstance(chart, str) else None,
+            upstream_comparison=(
+                Comparison.from_json(d["upstream_comparison"], f"{where}.upstream_comparison")
+                if "upstream_comparison" in d
+                else None
+            ),
         )
 
 

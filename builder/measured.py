@@ -35,7 +35,10 @@ class Measured:
     cores: int | None
     quick: bool
     comparison: Comparison
+    """The default model's."""
     rpc: Rpc
+    others: tuple[Comparison, ...] = ()
+    """The other locked models' perplexity and llama-bench (`models.<name>.upstream_comparison`)."""
 
 
 def load(path: Path, digest: str) -> Measured:
@@ -69,6 +72,9 @@ def load(path: Path, digest: str) -> Measured:
                 f"{path} has no {' and no '.join(missing)}: it was measured without --rpc", hint=BENCH_HINT
             )
         machine = Machine.from_json(data.get("machine"), f"{path}.machine")
+        models = data.get("models", {})
+        if not isinstance(models, dict):
+            raise ConfigError(f"{path}.models: expected an object, found {type(models).__name__}")
         return Measured(
             path=path,
             sha256=sha256_bytes(raw),
@@ -78,6 +84,11 @@ def load(path: Path, digest: str) -> Measured:
             quick=data.get("quick") is True,
             comparison=Comparison.from_json(data["upstream_comparison"]),
             rpc=Rpc.from_json(data["rpc"]),
+            others=tuple(
+                Comparison.from_json(m["upstream_comparison"], f"models.{name}.upstream_comparison")
+                for name, m in models.items()
+                if isinstance(m, dict) and "upstream_comparison" in m
+            ),
         )
     except ValueError as exc:
         raise VerifyError(f"{path} is not valid JSON ({exc})", hint=BENCH_HINT) from exc

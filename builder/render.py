@@ -338,13 +338,16 @@ def context(
     up = config.upstream
     repo_url = plan.upstream_lock.repo
     comparison = measured.comparison
-    if comparison.text != up.perplexity_text or comparison.text_sha256 != files.perplexity_text_sha256:
-        raise VerifyError(
-            f"the bench result measured perplexity on another text than {up.perplexity_text} of the pin",
-            expected=f"{up.perplexity_text} (sha256 {files.perplexity_text_sha256})",
-            actual=f"{comparison.text} (sha256 {comparison.text_sha256})",
-            hint="run `dgr bench --rpc` again, then `dgr export-upstream`",
-        )
+    comparisons = (comparison, *measured.others)
+    for c in comparisons:
+        if c.text != up.perplexity_text or c.text_sha256 != files.perplexity_text_sha256:
+            raise VerifyError(
+                f"the bench result measured perplexity of {c.model_file} on another text than "
+                f"{up.perplexity_text} of the pin",
+                expected=f"{up.perplexity_text} (sha256 {files.perplexity_text_sha256})",
+                actual=f"{c.text} (sha256 {c.text_sha256})",
+                hint="run `dgr bench --rpc` again, then `dgr export-upstream`",
+            )
     pulls: list[dict[str, Any]] = []
     for branch in branches:
         commits = []
@@ -431,6 +434,7 @@ def context(
         "report_total": len(report.checks),
         "measured": measured,
         "comparison": comparison,
+        "comparisons": comparisons,
         "rpc": measured.rpc,
         "rpc_better": _rpc_better(measured),
         "rpc_head_args": shlex.join(

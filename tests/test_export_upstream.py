@@ -451,7 +451,7 @@ def test_the_description_is_built_on_upstreams_template(packaged: Path, tmp_path
     assert "`bert/dense` | 2 | refused | the model has an encoder |" in facts
     assert "1 of 2 configurations certified" in facts
     assert "| master (" in facts and "PPL = 13.1108 +/- 0.48251" in facts
-    assert "every per-chunk value, as printed: identical" in facts
+    assert "every per-chunk value, as printed: `SmolLM2-135M-Instruct.Q4_1.gguf` identical." in facts
     assert "| pp512 | 290.00 | 288.55 | 0.995 |" in facts
     assert "`boundary/split-logits/real` | max_abs_diff=0; bit_exact=true |" in facts
     assert "git fetch ../PR-1.bundle fixture:fixture" in facts
@@ -708,7 +708,12 @@ def test_refuses_a_perplexity_measured_on_another_text(
     data = bench_data(digest())
     data["upstream_comparison"]["perplexity"]["text_sha256"] = "1" * 64
     write_bench(data)
-    refused(tmp_path / "out", 9, capsys, "measured perplexity on another text than docs/build.md")
+    refused(
+        tmp_path / "out",
+        9,
+        capsys,
+        "measured perplexity of SmolLM2-135M-Instruct.Q4_1.gguf on another text than docs/build.md",
+    )
 
 
 def test_refuses_a_word_of_ours_in_code(
@@ -998,3 +1003,26 @@ def test_the_repository_configuration_covers_the_series() -> None:
     assert data.deny_words == ("meshnet", "dgr", "routing", "billing", "relay")
     assert [p.title for p in data.pulls] == ["llama : load and evaluate a range of layers"]
     assert len(data.questions) == 3
+
+
+def test_the_other_models_perplexity_and_llama_bench_are_rendered_beside_the_default(
+    packaged: Path, tmp_path: Path
+) -> None:
+    data = bench_data(digest())
+    other = json.loads(json.dumps(data["upstream_comparison"]))
+    other["model"]["file"] = "gemma-3-270m-q4_k_m.gguf"
+    other["perplexity"]["patched"]["chunks"] = [13.4425, 13.1109]
+    other["perplexity"]["identical"] = False
+    data["models"] = {"gemma3": {"upstream_comparison": other}}
+    write_bench(data)
+    out = tmp_path / "out"
+    assert export(out) == 0
+    body = (out / "PR-1.md").read_text()
+    assert (
+        "| `gemma-3-270m-q4_k_m.gguf` | this branch, no layer range | PPL = 13.1108 +/- 0.48251 | 2 |" in body
+    )
+    assert "| `gemma-3-270m-q4_k_m.gguf` | pp512 | 290.00 | 288.55 | 0.995 |" in body
+    assert (
+        "as printed: `SmolLM2-135M-Instruct.Q4_1.gguf` identical, `gemma-3-270m-q4_k_m.gguf` DIFFERENT."
+        in body
+    )

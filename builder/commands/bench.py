@@ -4,6 +4,7 @@ build timing (dgr.buildtime), writes bench.json and memory.png, prints the repor
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -48,12 +49,25 @@ def run(args: argparse.Namespace) -> int:
     if args.fuzz:
         with log.step("fuzz the worker's decoders"):
             fuzzed = fuzz.run(ctx, Path(built.manifest.build.source_dir), args.fuzz_runs)
-    extra = beside_upstream(ctx, bin_dir / "layer-worker", model_path, inv.n_layer, args) if args.rpc else {}
+    extra = (
+        beside_upstream(ctx, bin_dir / "layer-worker", [model_path, *other_paths], inv.n_layer, args)
+        if args.rpc
+        else {}
+    )
     others = tuple(
-        model_bench(
-            bin_dir, lock.name, path, args.quick, args.threads, args.ctx, out_dir / f"memory-{lock.name}.png"
+        dataclasses.replace(
+            model_bench(
+                bin_dir,
+                lock.name,
+                path,
+                args.quick,
+                args.threads,
+                args.ctx,
+                out_dir / f"memory-{lock.name}.png",
+            ),
+            upstream_comparison=Comparison.from_json(extra["others"][i]) if extra else None,
         )
-        for lock, path in zip(models[1:], other_paths, strict=True)
+        for i, (lock, path) in enumerate(zip(models[1:], other_paths, strict=True))
     )
     png = memory.chart(rows, out_dir / "memory.png", model_path.stem, args.ctx)
     result = BenchResult(
@@ -86,10 +100,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def beside_upstream(
-    ctx: Context, worker: Path, model_path: Path, n_layer: int, args: argparse.Namespace
+    ctx: Context, worker: Path, model_paths: list[Path], n_layer: int, args: argparse.Namespace
 ) -> dict[str, Any]:
     """`--rpc`: upstream's tools (`dgr build --tools`, unpatched and patched): perplexity and llama-bench
-    before and after (`upstream_comparison`), and the RPC backend beside layer ranges (`rpc`)."""
+    before and after (`upstream_comparison` of the default model, the first; `others`, one per other
+    model), and the RPC backend beside layer ranges on the default model (`rpc`)."""
+    model_path = model_paths[0]
     plan = buildplan.plan(ctx, buildplan.Request())
     patched = build.run(ctx, buildplan.Request(tools=True))
     baseline = build.run(ctx, buildplan.Request(tools=True, upstream_only=True))
@@ -101,17 +117,21 @@ def beside_upstream(
     with tempfile.TemporaryDirectory(prefix="dgr-bench-") as tmp:
         text = Path(tmp) / Path(text_name).name
         text.write_text(gitops.file_at(got.repo, plan.pin.commit, text_name), errors="surrogateescape")
-        with log.step(f"perplexity and llama-bench, unpatched and patched ({text_name})"):
-            comparison = quality.compare(
-                baseline.path / "bin",
-                patched.path / "bin",
-                model_path,
-                text,
-                text_name,
-                args.threads,
-                5,
-                dirs,
-            )
+        comparisons = []
+        for path in model_paths:
+            with log.step(f"perplexity and llama-bench of {path.name}, unpatched and patched ({text_name})"):
+                comparisons.append(
+                    quality.compare(
+                        baseline.path / "bin",
+                        patched.path / "bin",
+                        path,
+                        text,
+                        text_name,
+                        args.threads,
+                        5,
+                        dirs,
+                    )
+                )
     with log.step("the RPC backend beside layer ranges (loopback)"):
         beside = rpc.measure(
             worker,
@@ -122,24 +142,23 @@ def beside_upstream(
             dirs[0],
             reps=3,
         )
-    return {"upstream_comparison": comparison, "rpc": beside}
+    return {"upstream_comparison": comparisons[0], "others": comparisons[1:], "rpc": beside}
 
 
 def upstream_text(extra: dict[str, Any]) -> str:
     """The `--rpc` figures as text ("" without them)."""
     if not extra:
         return ""
-    c, r = extra["upstream_comparison"], extra["rpc"]
-    p = c["perplexity"]
-    lines = [
-        "",
-        f"perplexity ({p['text']}): unpatched {p['baseline']['final']:.4f}, patched "
-        f"{p['patched']['final']:.4f}, {'identical' if p['identical'] else 'DIFFERENT'} per chunk",
-    ]
-    lines.append(
-        "llama-bench patched / unpatched: "
-        + ", ".join(f"{b['test']} {b['ratio']:.3f}" for b in c["bench"]["results"])
-    )
+    r = extra["rpc"]
+    lines = [""]
+    for c in [extra["upstream_comparison"], *extra["others"]]:
+        p = c["perplexity"]
+        lines.append(
+            f"{c['model']['file']}: perplexity ({p['text']}) unpatched {p['baseline']['final']:.4f}, patched "
+            f"{p['patched']['final']:.4f}, {'identical' if p['identical'] else 'DIFFERENT'} per chunk; "
+            "llama-bench patched / unpatched: "
+            + ", ".join(f"{b['test']} {b['ratio']:.3f}" for b in c["bench"]["results"])
+        )
     lines.append("")
     lines.append(
         "| engine | processes | start | bytes before 1st token | TTFT s | prefill t/s | decode t/s | same |"
