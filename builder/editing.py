@@ -90,10 +90,18 @@ def create(
     three_way: bool = False,
 ) -> str | None:
     """Create or reset the edit tree; returns None, or the name of the patch a 3-way `git am` stopped at."""
+    if edit_dir.exists() and not edit_dir.is_dir():
+        raise UsageError(f"the edit tree {edit_dir} is a file", hint="give --dir a directory (it is created)")
     if edit_dir.exists() and any(edit_dir.iterdir()):
         _require_reusable(edit_dir, repo)
     else:
-        edit_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            edit_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(
+                f"the edit tree {edit_dir} cannot be created: {exc.strerror or exc}",
+                hint="give --dir a directory you can write to",
+            ) from exc
         gitops.init(edit_dir)
     gitops.git(
         ["fetch", "--quiet", "--no-tags", "--depth=1", base.pin_repo, "refs/dgr/upstream:refs/patches/pin"],

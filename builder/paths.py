@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -111,13 +112,20 @@ def find_cache_root(repo_root: Path | None = None) -> Path:
 
 
 def _check_usable(root: Path, what: str) -> None:
-    """The cache dir is a writable directory, or can be created as one (nothing is created here)."""
+    """The cache dir is a writable directory, or can be created as one (nothing is left behind here: a
+    directory that does not exist yet is probed with a temporary directory in its nearest ancestor, since
+    permissions alone do not tell, e.g. under /proc)."""
     existing = next(p for p in (root, *root.parents) if p.exists())
     problem = None
     if not existing.is_dir():
         problem = "it is a file" if existing == root else f"{existing} is a file"
     elif not os.access(existing, os.W_OK | os.X_OK):
         problem = "permission denied" if existing == root else f"{existing} is not writable"
+    elif existing != root:
+        try:
+            tempfile.TemporaryDirectory(dir=existing).cleanup()
+        except OSError as exc:
+            problem = f"a directory cannot be created in {existing} ({exc.strerror or exc})"
     if problem:
         raise ConfigError(
             f"{what} {root} cannot be the cache dir: {problem}",

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dgr import editing, gitops
 from dgr.cli import main
 from dgr.commands.generate import check_fits
 from dgr.errors import UsageError
+from dgr.paths import Repo
 from dgr.verify import synth
 from dgr.verify.pipeline import Pipeline, StepResult
 
@@ -106,6 +108,33 @@ def test_a_cache_dir_that_is_a_file(
         assert code == 8, err
         assert f"$DGR_CACHE_DIR {cache} cannot be the cache dir" in err
         assert "set $DGR_CACHE_DIR to a directory you can write to" in err
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_a_cache_dir_that_cannot_be_created_although_its_parent_looks_writable(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """/proc passes os.access for root, yet no directory can be made there: probed, not guessed."""
+    monkeypatch.setenv("DGR_CACHE_DIR", "/proc/dgr-cache")
+    code, err = run(capsys, "check")
+    assert code == 8, err
+    assert "$DGR_CACHE_DIR /proc/dgr-cache cannot be the cache dir: a directory cannot be created in" in err
+    assert not Path("/proc/dgr-cache").exists()
+
+
+def test_an_edit_tree_that_is_a_file_or_cannot_be_created(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    base = editing.EditBase(tmp_path, "0" * 40, tmp_path)
+    identity = gitops.Identity("e", "e@localhost", "2026-01-01T00:00:00+00:00")
+    repo = Repo(tmp_path)
+    with pytest.raises(UsageError) as info:
+        editing.create(blocker, base, [], identity, repo)
+    assert info.value.what == f"the edit tree {blocker} is a file"
+    with pytest.raises(UsageError) as info:
+        editing.create(blocker / "tree", base, [], identity, repo)
+    assert info.value.what.startswith(f"the edit tree {blocker / 'tree'} cannot be created: ")
+    assert blocker.read_text() == "x"
 
 
 def test_a_prompt_that_does_not_fit_the_context() -> None:
