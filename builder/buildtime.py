@@ -105,6 +105,12 @@ EDIT_TO = (
     "+    // a model without the output layer returns the input of layer layer_end, "
     "see llama_get_embeddings_layer_inp()"
 )
+# the same line edited otherwise: built first, untimed, so that the timed build starts from a work tree (the
+# worker's included) that differs from it by that line alone, whatever `dgr verify` built there last
+EDIT_WARM = (
+    "+    // a model without the output layer gives the input of layer layer_end, "
+    "see llama_get_embeddings_layer_inp()"
+)
 
 
 def edit_rebuild(
@@ -112,7 +118,8 @@ def edit_rebuild(
 ) -> dict[str, float | str]:
     """A comment edited in one patch: `dgr build` of a copy of the repository (sharing the cache, so the work
     tree is incremental), then plain ninja for the same change back in the same work tree. Both start from
-    the work tree at the series, built: the prefixes of the series (`dgr verify`) share it."""
+    a work tree one line away, built: the prefixes of the series (`dgr verify`) share it, and the worker a
+    prefix build left behind would otherwise be rebuilt inside the timed build (50 s instead of 15 s)."""
     manifest = build.run(ctx, buildplan.Request()).manifest
     src = Path(manifest.build.source_dir)
 
@@ -133,20 +140,22 @@ def edit_rebuild(
         text = patch.read_text()
         if EDIT_FROM not in text:
             return {"edit_note": f"{EDIT_PATCH} no longer has the line the benchmark edits"}
-        patch.write_text(text.replace(EDIT_FROM, EDIT_TO, 1))
         env = {**os.environ, "DGR_REPO": str(copy), "DGR_CACHE_DIR": str(ctx.cache.root)}
-        proc.run([sys.executable, "-m", "dgr", "manifest"], env=env)
-        start = time.perf_counter()
-        edited = proc.run(
-            [sys.executable, "-m", "dgr", "build", "--json"],
-            env=env,
-            error=BuildError,
-            what="dgr build of the edited series failed",
-            timeout=3600,
-        )
-        dgr_s = time.perf_counter() - start
-        # the edited series is not the user's: its published build goes again
-        shutil.rmtree(json.loads(edited.stdout)["path"], ignore_errors=True)
+        dgr_s = 0.0
+        for line in (EDIT_WARM, EDIT_TO):
+            patch.write_text(text.replace(EDIT_FROM, line, 1))
+            proc.run([sys.executable, "-m", "dgr", "manifest"], env=env)
+            start = time.perf_counter()
+            edited = proc.run(
+                [sys.executable, "-m", "dgr", "build", "--json"],
+                env=env,
+                error=BuildError,
+                what="dgr build of the edited series failed",
+                timeout=3600,
+            )
+            dgr_s = time.perf_counter() - start
+            # the edited series is not the user's: its published build goes again
+            shutil.rmtree(json.loads(edited.stdout)["path"], ignore_errors=True)
     # the work tree now holds the edited file: put the original back and let ninja rebuild the same files
     start = time.perf_counter()
     series_built()

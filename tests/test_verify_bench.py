@@ -183,3 +183,5 @@ def test_the_edit_benchmark_edits_a_line_the_series_adds() -> None:
     text = (ROOT / "patches" / buildtime.EDIT_PATCH).read_text()
     assert text.count(buildtime.EDIT_FROM + "\n") == 1
     assert buildtime.EDIT_TO.split("//")[0] == buildtime.EDIT_FROM.split("//")[0] != buildtime.EDIT_TO
+    assert buildtime.EDIT_WARM.split("//")[0] == buildtime.EDIT_FROM.split("//")[0]
+    assert len({buildtime.EDIT_FROM, buildtime.EDIT_WARM, buildtime.EDIT_TO}) == 3
