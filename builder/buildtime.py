@@ -8,7 +8,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dgr import build, buildplan, gitops, locks, proc
@@ -22,6 +22,15 @@ def _time(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def _timed_build(env: Mapping[str, str], *args: str, what: str) -> tuple[float, str]:
+    """`dgr build ARGS` as a user runs it, a new process: its seconds and what it printed."""
+    start = time.perf_counter()
+    result = proc.run(
+        [sys.executable, "-m", "dgr", "build", *args], env=env, error=BuildError, what=what, timeout=3600
+    )
+    return time.perf_counter() - start, result.stdout
 
 
 def measure(ctx: Context, quick: bool) -> dict[str, float | str]:
@@ -50,15 +59,7 @@ def measure(ctx: Context, quick: bool) -> dict[str, float | str]:
             src = ctx.cache.root / name
             if src.is_dir():
                 shutil.copytree(src, Path(tmp) / "cache" / name, symlinks=True)
-        start = time.perf_counter()
-        proc.run(
-            [sys.executable, "-m", "dgr", "build", "--upstream-only"],
-            env=env,
-            error=BuildError,
-            what="cold dgr build failed",
-            timeout=3600,
-        )
-        cold_dgr = time.perf_counter() - start
+        cold_dgr, _ = _timed_build(env, "--upstream-only", what="cold dgr build failed")
         printed = proc.run([sys.executable, "-m", "dgr", "build", "--upstream-only", "--json"], env=env)
         baseline = BuildManifest.from_json(json.loads(printed.stdout), "dgr build --upstream-only --json")
         src = Path(baseline.build.source_dir)
@@ -145,17 +146,9 @@ def edit_rebuild(
         for line in (EDIT_WARM, EDIT_TO):
             patch.write_text(text.replace(EDIT_FROM, line, 1))
             proc.run([sys.executable, "-m", "dgr", "manifest"], env=env)
-            start = time.perf_counter()
-            edited = proc.run(
-                [sys.executable, "-m", "dgr", "build", "--json"],
-                env=env,
-                error=BuildError,
-                what="dgr build of the edited series failed",
-                timeout=3600,
-            )
-            dgr_s = time.perf_counter() - start
+            dgr_s, printed = _timed_build(env, "--json", what="dgr build of the edited series failed")
             # the edited series is not the user's: its published build goes again
-            shutil.rmtree(json.loads(edited.stdout)["path"], ignore_errors=True)
+            shutil.rmtree(json.loads(printed)["path"], ignore_errors=True)
     # the work tree now holds the edited file: put the original back and let ninja rebuild the same files
     start = time.perf_counter()
     series_built()
