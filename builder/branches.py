@@ -37,10 +37,24 @@ class Series:
 
 
 @dataclass(frozen=True)
+class FileStat:
+    path: str
+    """The post-image path (the pre-image one for a deleted file)."""
+    added: int
+    deleted: int
+
+    @property
+    def lines(self) -> int:
+        return self.added + self.deleted
+
+
+@dataclass(frozen=True)
 class Stat:
     files: int
     added: int
     deleted: int
+    by_file: tuple[FileStat, ...] = ()
+    """`git diff --numstat` per file, in git's order."""
 
     @property
     def lines(self) -> int:
@@ -124,14 +138,19 @@ def _mails(series: Series, names: list[str], where: Path, drop: tuple[str, ...])
 
 
 def _stat(repo: Path, base: str, head: str) -> Stat:
-    files = added = deleted = 0
-    for line in gitops.out(["diff", "--numstat", base, head], cwd=repo).splitlines():
-        plus, minus, _ = line.split("\t", 2)
-        files += 1
+    """`git diff --numstat -z`: per file (a rename under its new path), and the totals."""
+    fields = gitops.out(["diff", "--numstat", "-z", base, head], cwd=repo).split("\0")
+    found: list[FileStat] = []
+    i = 0
+    while i < len(fields) and fields[i]:
+        plus, minus, path = fields[i].split("\t", 2)
+        if not path:  # a rename or copy: the old path and the new one follow
+            path, i = fields[i + 2], i + 3
+        else:
+            i += 1
         # a binary file counts as no line
-        added += int(plus) if plus.isdigit() else 0
-        deleted += int(minus) if minus.isdigit() else 0
-    return Stat(files, added, deleted)
+        found.append(FileStat(path, int(plus) if plus.isdigit() else 0, int(minus) if minus.isdigit() else 0))
+    return Stat(len(found), sum(f.added for f in found), sum(f.deleted for f in found), tuple(found))
 
 
 def bundle(repo: Path, ref: str, base: str, target: Path) -> bytes:

@@ -96,8 +96,8 @@ def measure(ctx: Context, quick: bool) -> dict[str, float | str]:
     return out
 
 
-# an added line of boundary-tensors.patch (in src/llama-context.cpp) and the edit made to it
-EDIT_PATCH = "boundary-tensors.patch"
+# an added line of layer-range.patch (in src/llama-context.cpp) and the edit made to it
+EDIT_PATCH = "layer-range.patch"
 EDIT_FROM = (
     "+    // a model without the output layer outputs the input of layer layer_end, "
     "see llama_get_embeddings_layer_inp()"

@@ -40,7 +40,7 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 # --------------------------------------------------------------------------- the verify report
 
-Group = Literal["native", "series", "archs", "ownership", "boundary", "kv"]
+Group = Literal["native", "series", "archs", "graph", "ownership", "boundary", "kv"]
 GROUPS: tuple[Group, ...] = get_args(Group)
 """The groups of `dgr verify`, in the order they run; a report usable for export covers all of them."""
 

@@ -179,18 +179,24 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
         data[f"PR-{b.pull.number}.bundle"] = b.bundle
     data[MANIFEST] = "".join(f"{sha256_bytes(data[p])}  {p}\n" for p in sorted(data)).encode()
     _publish(ctx.cache, out, data)
-    pulls = [
-        {
-            "number": b.pull.number,
-            "title": b.pull.title,
-            "branch": b.pull.branch,
-            "head": b.head,
-            "tree": b.tree,
-            "commits": [c for _, c in b.commits],
-            "lines": b.stat.lines,
-        }
-        for b in made
-    ]
+    pulls: list[dict[str, Any]] = []
+    for b in made:
+        counts = render.line_counts(b.stat, config)
+        pulls.append(
+            {
+                "number": b.pull.number,
+                "title": b.pull.title,
+                "branch": b.pull.branch,
+                "head": b.head,
+                "tree": b.tree,
+                "commits": [c for _, c in b.commits],
+                "lines": b.stat.lines,
+                "files": counts["files"],
+                "core_lines": counts["core"],
+                "test_lines": counts["tests"],
+                "mechanical_lines": counts["mechanical"],
+            }
+        )
     return Exported(
         out,
         {p: sha256_bytes(data[p]) for p in sorted(data)},

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dgr import gitops
 from dgr.contracts import GROUPS, Group
@@ -17,6 +17,10 @@ from dgr.locks import read_toml
 CONFORMANCE_GROUPS: dict[str, Group] = {g: g for g in GROUPS if g != "native"}
 """The groups a concern can name: every group of `dgr verify` but the native tests (each patch's own)."""
 DEFAULT_API_HEADERS = ("include/*.h", "src/llama-ext.h")
+DEFAULT_MECHANICAL_PATHS = ("src/models/*.cpp",)
+"""The files whose lines are the same change repeated (one per architecture), counted apart."""
+DEFAULT_TEST_PATHS = ("tests/**",)
+LineKind = Literal["core", "tests", "mechanical"]
 TITLE_MAX = 72
 """A pull request title, and the squashed commit's subject upstream derives from it."""
 TITLE_FORM = re.compile(r"^[a-z0-9][a-z0-9_.+/-]*(?:, ?[a-z0-9][a-z0-9_.+/-]*)* : \S.*\S$")
@@ -79,9 +83,19 @@ class Config:
     pulls: tuple[Pull, ...]
     concerns: tuple[Concern, ...]
     questions: tuple[str, ...]
+    mechanical_paths: tuple[str, ...] = DEFAULT_MECHANICAL_PATHS
+    test_paths: tuple[str, ...] = DEFAULT_TEST_PATHS
 
     def concern(self, patch: str) -> Concern | None:
         return next((c for c in self.concerns if c.patch == patch), None)
+
+    def line_kind(self, path: str) -> LineKind:
+        """What the changed lines of `path` count as: tests, mechanical, else hand-written core."""
+        if any(glob_match(g, path) for g in self.test_paths):
+            return "tests"
+        if any(glob_match(g, path) for g in self.mechanical_paths):
+            return "mechanical"
+        return "core"
 
 
 def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
@@ -238,6 +252,8 @@ def load_config(path: Path, series: list[str]) -> Config:
         _pulls(data.get("pulls"), series, problems),
         tuple(sorted(concerns, key=lambda c: series.index(c.patch) if c.patch in series else len(series))),
         _optional_strings(_table(data, "discussion"), "questions", "discussion.", problems),
+        _strings(data, "mechanical_paths", "", problems, DEFAULT_MECHANICAL_PATHS),
+        _strings(data, "test_paths", "", problems, DEFAULT_TEST_PATHS),
     )
     if problems:
         raise ConfigError(

@@ -22,7 +22,7 @@ from typing import Any
 
 import jinja2
 from dgr import apisurface, buildplan, gitops, locks, package
-from dgr.branches import Branch, Series
+from dgr.branches import Branch, Series, Stat
 from dgr.contracts import REAL_MODEL, Check
 from dgr.errors import ConfigError, VerifyError
 from dgr.figures import cell, fmt
@@ -34,7 +34,7 @@ TEMPLATES_DIR = "templates"
 VERIFY_HINT = "run `dgr verify` (all groups) for the current inputs, then `dgr export-upstream` again"
 ARCHS = "archs"
 """The verify group of the per-architecture table (`test-llama-archs --layer-ranges`)."""
-ARCHS_SUMMARY = "certified-share"
+ARCHS_SUMMARY = "every-architecture"
 GROUP_FILES_OVER = 8
 """A directory with more files than this is listed as one glob with its count."""
 
@@ -213,33 +213,106 @@ def _api(series: Series, name: str, config: package.Config) -> list[dict[str, An
     return headers
 
 
-def _archs(checks: Sequence[Check]) -> dict[str, Any] | None:
-    """The per-architecture table of the `archs` group, or None when the report has none."""
-    rows = [c for c in checks if str(c.group) == ARCHS and c.name != ARCHS_SUMMARY]
-    summary = next((c for c in checks if str(c.group) == ARCHS and c.name == ARCHS_SUMMARY), None)
+ARCH_STATUSES = ("certified", "refused", "no-model", "failed", "crashed")
+"""The result of a row of the architecture table (`crashed`: the test stopped at it)."""
+_REFUSAL_LITERAL = re.compile(r'"[^"\\]*?(the architecture %s does not support layer ranges)[^"\\]*"')
+
+
+def refusal_message(series: Series) -> str | None:
+    """The message a range is refused with at load by an architecture that has not opted in, as a C string
+    literal the series adds holds it (`%s`: the architecture's name), or None when no patch adds one."""
+    for patch in series.patches.values():
+        for diff in patch.files:
+            for line in diff.added:
+                if match := _REFUSAL_LITERAL.search(line):
+                    return match.group(1)
+    return None
+
+
+def _arch_of(row: str) -> str:
+    """`llama/dense` -> `llama`; a row without a model is named by its architecture alone."""
+    return row.split("/", 1)[0]
+
+
+def _archs(checks: Sequence[Check], refusal: str | None = None) -> dict[str, Any] | None:
+    """The architecture table of the `archs` group (one row per architecture and variant, `every-architecture`
+    over the whole table), or None when the report has none. Counted in architectures (the summary's figures,
+    else the rows') and in rows."""
+    archs_checks = [c for c in checks if str(c.group) == ARCHS]
+    rows = [c for c in archs_checks if c.name != ARCHS_SUMMARY and c.figures.get("status") in ARCH_STATUSES]
+    summary = next((c for c in archs_checks if c.name == ARCHS_SUMMARY), None)
     if not rows:
         return None
-
-    def status(c: Check) -> str:
-        return str(c.figures.get("status", "certified" if c.passed else "failed"))
-
     table = [
         {
             "name": c.name,
-            "status": status(c),
-            "n_layer": c.figures.get("n_layer", ""),
-            "ranges": ", ".join(str(r) for r in c.figures.get("ranges", [])),
-            "reason": str(c.figures.get("reason", "")),
+            "arch": _arch_of(c.name),
+            "status": str(c.figures["status"]),
+            "n_layer": "-" if c.figures.get("n_layer") is None else str(c.figures["n_layer"]),
+            "ranges": ", ".join(str(r) for r in c.figures.get("ranges", [])) or "-",
+            "reason": str(c.figures.get("reason", "")) or c.detail.split("\n", 1)[0],
         }
         for c in rows
     ]
-    counts = {s: sum(1 for r in table if r["status"] == s) for s in ("certified", "refused", "failed")}
+    in_rows = {s: sum(1 for r in table if r["status"] == s) for s in ARCH_STATUSES}
+    computed = {s: len({r["arch"] for r in table if r["status"] == s}) for s in ARCH_STATUSES}
+    figures = summary.figures if summary is not None else {}
+
+    def in_archs(status: str) -> int:
+        value = figures.get(status)
+        return value if isinstance(value, int) and not isinstance(value, bool) else computed[status]
+
+    architectures = figures.get("architectures")
+    no_model = figures.get("no_model")
+    if not isinstance(no_model, dict):
+        no_model = {r["arch"]: r["reason"] for r in table if r["status"] == "no-model"}
+    certified = figures.get("certified_archs")
+    if not isinstance(certified, list):
+        certified = sorted({r["arch"] for r in table if r["status"] == "certified"})
+    refused = [r for r in table if r["status"] == "refused"]
+    example = refused[0]["arch"] if refused else None
     return {
         "rows": table,
-        "refused": [r for r in table if r["status"] != "certified"],
-        "models": len(table),
-        "counts": counts,
-        "target": summary.figures.get("target") if summary is not None else None,
+        "n_rows": len(table),
+        "architectures": architectures
+        if isinstance(architectures, int) and not isinstance(architectures, bool)
+        else len({r["arch"] for r in table}),
+        "archs": {s: in_archs(s) for s in ARCH_STATUSES},
+        "in_rows": in_rows,
+        "certified_archs": [str(a) for a in certified],
+        "no_model": {str(a): str(why) for a, why in no_model.items()},
+        "failed": [r for r in table if r["status"] in ("failed", "crashed")],
+        "refusal": refusal.replace("%s", example) if refusal is not None and example is not None else None,
+        "passed": summary.passed if summary is not None else None,
+    }
+
+
+GRAPH = "graph"
+"""The verify group that compares the compute graph of every architecture with upstream's, no range set."""
+GRAPH_SUMMARY = "every-architecture"
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _graphs(checks: Sequence[Check]) -> dict[str, Any] | None:
+    """The comparison of the compute graphs with upstream's (the `graph` group's check of every variant), or
+    None when the report has none."""
+    summary = next((c for c in checks if str(c.group) == GRAPH and c.name == GRAPH_SUMMARY), None)
+    if summary is None:
+        return None
+    figures = summary.figures
+    compared, equal = _count(figures.get("compared")), _count(figures.get("equal"))
+    if compared is None or equal is None:
+        return None
+    not_built = figures.get("not_built")
+    failed = figures.get("failed")
+    return {
+        "compared": compared,
+        "equal": equal,
+        "not_built": {str(k): str(v) for k, v in not_built.items()} if isinstance(not_built, dict) else {},
+        "failed": [str(f) for f in failed] if isinstance(failed, list) else [],
     }
 
 
@@ -311,6 +384,15 @@ def _wheels(model: locks.ModelLock) -> list[dict[str, str]]:
     ]
 
 
+def line_counts(stat: Stat, config: package.Config) -> dict[str, int]:
+    """The files a diff touches and its changed lines (added + removed) by kind: hand-written core, tests,
+    mechanical (`config.line_kind`), from `git diff --numstat`."""
+    counts = {"files": stat.files, "core": 0, "tests": 0, "mechanical": 0}
+    for f in stat.by_file:
+        counts[config.line_kind(f.path)] += f.lines
+    return counts
+
+
 def _hours(lines: int, per_hour: tuple[int, int]) -> tuple[float, float]:
     return round(lines / per_hour[1], 1), round(lines / per_hour[0], 1)
 
@@ -349,9 +431,17 @@ def context(
                 hint="run `dgr bench --rpc` again, then `dgr export-upstream`",
             )
     pulls: list[dict[str, Any]] = []
+    series_checks = {c.name: c for c in report.group("series")}
+    # the native tests of the branch so far: (ctest name, target, number of the pull request that adds it)
+    tests: list[tuple[str, str, int]] = []
+    done = 0
+    api_so_far = False
     for branch in branches:
-        commits = []
-        tests: list[tuple[str, str]] = []
+        number = branch.pull.number
+        commits: list[dict[str, Any]] = []
+        added_in: dict[str, int] = {}
+        # the tests this pull request adds or extends: ctest name -> the index of its commit that does
+        extended: dict[str, int] = {}
         for index, ((name, commit), stat) in enumerate(
             zip(branch.commits, branch.commit_stats, strict=True), start=1
         ):
@@ -366,8 +456,10 @@ def context(
                     hint=VERIFY_HINT,
                 )
             touched = {f.path for f in patch.files}
-            extends = [t for t, target in tests if f"tests/{target}.cpp" in touched]
-            tests += own_tests
+            extends = [t for t, target, _ in tests if f"tests/{target}.cpp" in touched]
+            extended |= {t: index for t in extends if t not in extended}
+            added_in |= {t: index for t, _ in own_tests if t not in added_in}
+            tests += [(t, target, number) for t, target in own_tests]
             commits.append(
                 {
                     "index": index,
@@ -377,37 +469,57 @@ def context(
                     "concern": concern.title,
                     "notes": concern.notes,
                     "stat": stat,
+                    "lines": line_counts(stat, config),
                     "files": _file_groups(sorted({f.path for f in patch.files})),
                     "tests": [{"name": t, "target": target} for t, target in own_tests],
                     "extends": extends,
                     "api": _api(series, name, config),
                 }
             )
-        targets = list(dict.fromkeys(target for _, target in tests))
-        names = [t for t, _ in tests]
+        done += len(branch.commits)
+        api_so_far = api_so_far or any(c["api"] for c in commits)
+        names = [t for t, _, _ in tests]
+        prefix = series_checks.get(f"prefix-{done}")
         pulls.append(
             {
-                "number": branch.pull.number,
+                "number": number,
                 "branch": branch.pull.branch,
                 "title": branch.pull.title,
                 "why": branch.pull.why,
-                "bundle": f"PR-{branch.pull.number}.bundle",
-                "body": f"PR-{branch.pull.number}.md",
+                "bundle": f"PR-{number}.bundle",
+                "body": f"PR-{number}.md",
                 "head": branch.head,
                 "parent": branch.parent,
-                "stacked_on": branches[branch.pull.number - 2].pull.branch
-                if branch.pull.number > 1
-                else None,
+                "stacked_on": branches[number - 2].pull.branch if number > 1 else None,
                 "stat": branch.stat,
+                "lines": line_counts(branch.stat, config),
                 "hours": _hours(branch.stat.lines, up.review_lines_per_hour),
                 "commits": commits,
                 "tests": names,
-                "targets": targets,
-                "ctest_regex": _ctest_regex(names),
+                "branch_tests": [
+                    {
+                        "name": t,
+                        "target": target,
+                        "added_by": by,
+                        "commit": added_in.get(t),
+                        "extended_in": extended.get(t),
+                    }
+                    for t, target, by in tests
+                ],
+                "targets": list(dict.fromkeys(target for _, target, _ in tests)),
+                "api_so_far": api_so_far,
+                "ctest_regex": _ctest_regex(names) if names else "",
+                "prefix": {
+                    "patches": done,
+                    "tests": dict(prefix.figures.get("tests", {})),
+                    "passed": prefix.passed,
+                }
+                if prefix is not None
+                else None,
             }
         )
     last = pulls[-1]
-    all_tests = [t for p in pulls for t in p["tests"]]
+    all_tests = last["tests"]
     return {
         "pin": {
             "repo": repo_url,
@@ -421,14 +533,15 @@ def context(
         "pulls": pulls,
         "last": last,
         "all_tests": all_tests,
-        "all_targets": list(dict.fromkeys(t for p in pulls for t in p["targets"])),
+        "all_targets": last["targets"],
         "authors": list(dict.fromkeys(p.author for p in series.patches.values())),
-        "all_ctest_regex": _ctest_regex(all_tests),
+        "all_ctest_regex": last["ctest_regex"],
         "sections": files.sections,
         "ci_commands": files.ci_commands,
         "submitter_begin": package.SUBMITTER_BEGIN,
         "submitter_end": package.SUBMITTER_END,
-        "archs": _archs(report.checks),
+        "archs": _archs(report.checks, refusal_message(series)),
+        "graphs": _graphs(report.checks),
         "archs_test": next((t for t in all_tests if "archs" in t), None),
         "real_model": _real_model(report.checks),
         "report_total": len(report.checks),
@@ -448,6 +561,7 @@ def context(
         "model": {"wheels": _wheels(model)} if model is not None else None,
         "cmake_options": _cmake_options(plan.toolchain_lock),
         "questions": config.questions,
+        "line_globs": {"tests": config.test_paths, "mechanical": config.mechanical_paths},
     }
 
 

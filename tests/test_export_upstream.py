@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from dgr import branches, buildplan, package
+from dgr import branches, buildplan, package, patchfile
 from dgr.cli import main
 from dgr.contracts import GROUPS
 from dgr.paths import Context
@@ -152,15 +152,29 @@ def digest() -> str:
 
 
 ARCHS = [
-    ("llama/dense", "certified", 2, ""),
-    ("bert/dense", "refused", 2, "the model has an encoder"),
+    ("llama/dense", "certified", 4, ["2", "3", "1+1"], ""),
+    ("llama/moe", "certified", 4, ["2", "3", "1+1"], ""),
+    ("rwkv7/dense", "refused", 4, ["[0, 2)"], "not opted in, refused at load"),
+    ("gptj", "no-model", None, [], "llama.cpp has no implementation of the architecture"),
 ]
+ARCHS_SUMMARY = {
+    "architectures": 3,
+    "rows": 4,
+    "certified": 1,
+    "refused": 1,
+    "no-model": 1,
+    "failed": 0,
+    "certified_archs": ["llama"],
+    "no_model": {"gptj": "llama.cpp has no implementation of the architecture"},
+}
 
 
 def write_report(
     passed: bool = True, groups: tuple[str, ...] = GROUPS, native: tuple[str, ...] = (), archs: bool = True
 ) -> Path:
-    """A well-formed verify report for the current inputs; with `archs`, the group holds a small table."""
+    """A well-formed verify report for the current inputs; with `archs`, the group holds a small table (one
+    row per architecture and variant, and the check of the whole table), the graph group its comparison of
+    every variant, and the series group the check of the whole series with the native tests it ran."""
     path = helpers.write_report(digest(), passed, groups, native)
     if archs and "archs" in groups:
         data = json.loads(path.read_text())
@@ -174,21 +188,37 @@ def write_report(
                 "figures": {
                     "status": status,
                     "n_layer": n,
-                    "ranges": ["0:1,1:2"],
+                    "ranges": ranges,
                     **({"reason": why} if why else {}),
                 },
             }
-            for name, status, n, why in ARCHS
+            for name, status, n, ranges, why in ARCHS
         ]
         data["checks"].append(
             {
                 "group": "archs",
-                "name": "certified-share",
+                "name": "every-architecture",
                 "evidence": "synthetic fixture",
                 "passed": passed,
-                "figures": {"models": 2, "certified": 1, "refused": 1, "failed": 0, "target": 0.9},
+                "figures": ARCHS_SUMMARY,
             }
         )
+        if "graph" in groups:
+            data["checks"].append(
+                {
+                    "group": "graph",
+                    "name": "every-architecture",
+                    "evidence": "synthetic fixture",
+                    "passed": passed,
+                    "figures": {
+                        "variants": 4,
+                        "compared": 3,
+                        "equal": 3,
+                        "not_built": {"gptj/dense": "unknown model architecture: 'gptj'"},
+                        "failed": [],
+                    },
+                }
+            )
         data["checks"].append(
             {
                 "group": "boundary",
@@ -198,6 +228,20 @@ def write_report(
                 "figures": {"max_abs_diff": 0.0, "bit_exact": True},
             }
         )
+        if native and "series" in groups:
+            data["checks"].append(
+                {
+                    "group": "series",
+                    "name": "prefix-2",
+                    "evidence": "native test",
+                    "passed": passed,
+                    "figures": {
+                        "patches": [],
+                        "inputs_digest": "0" * 64,
+                        "tests": dict.fromkeys(native, True),
+                    },
+                }
+            )
         path.write_text(json.dumps(data, indent=2))
     return path
 
@@ -423,7 +467,61 @@ def test_stacked_pull_requests_get_a_bundle_and_a_description_each(
     body = (out / "PR-2.md").read_text()
     assert "<!-- Title: readme : name vendors, mark Hexagon -->" in body
     assert "Stacked on the pull request of branch `docs-page`" in body
-    assert "The pull requests are stacked" in (out / "README.md").read_text()
+    readme = (out / "README.md").read_text()
+    assert (
+        "2 pull requests, stacked: pull request k is one branch holding the commits of pull request k - 1"
+        in (readme)
+    )
+    # files, hand-written core, hand-written test and mechanical lines of each pull request's own commits
+    assert "| 1 | `docs : add a fixture page` | `docs-page` | 1 | 3 | 0 | 0 |" in readme
+    assert "| 2 | `readme : name vendors, mark Hexagon` | `readme` on `docs-page` | 1 | 4 | 0 | 0 |" in readme
+    assert "2. The README edits touch one table." in readme
+
+
+def test_every_pull_request_of_a_stack_gets_its_bundle_and_description(
+    repo: Path, pr_upstream: FakeUpstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pulls = [
+        {"branch": f"part-{i}", "title": f"docs : part {i}", "patches": [name]}
+        for i, name in enumerate(PATCHES, start=1)
+    ]
+    write_package(repo, config(pulls=pulls))
+    write_report()
+    write_bench()
+    out = tmp_path / "out"
+    assert export(out, "--json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    files = tree(out)
+    assert sorted(files) == sorted(
+        ["DISCUSSION.md", "MANIFEST.sha256", "README.md", "REPRODUCE.md"]
+        + [f"PR-{n}.{ext}" for n in (1, 2, 3) for ext in ("bundle", "md")]
+    )
+    manifest = files["MANIFEST.sha256"].decode().splitlines()
+    assert [line.split("  ", 1)[1] for line in manifest] == sorted(p for p in files if p != "MANIFEST.sha256")
+    assert [
+        (p["branch"], p["files"], p["core_lines"], p["test_lines"], p["mechanical_lines"])
+        for p in summary["pulls"]
+    ] == [("part-1", 1, 3, 0, 0), ("part-2", 1, 2, 0, 0), ("part-3", 1, 2, 0, 0)]
+    for n in (1, 2, 3):
+        body = files[f"PR-{n}.md"].decode()
+        assert body.startswith(f"<!-- Title: docs : part {n} -->\n")
+        assert body.rstrip("\n").endswith(REQUIREMENTS)
+        work = fetch(pr_upstream, out / f"PR-{n}.bundle", f"part-{n}", tmp_path / f"clone-{n}")
+        assert git(work, "rev-parse", f"part-{n}^{{tree}}") == series_tree(
+            pr_upstream, repo, tmp_path / f"am-{n}", PATCHES[:n]
+        )
+    # the figures are of the whole stack: the earlier pull requests say so
+    first = files["PR-1.md"].decode()
+    assert "Measured on the branch of pull request 3 (`part-3`, the whole stack)" in first
+    assert "| branch part-3, no layer range |" in first
+    assert "Measured on the branch of pull request" not in files["PR-3.md"].decode()
+    readme = files["README.md"].decode()
+    rows = [line for line in readme.splitlines() if re.match(r"^\| \d \| `docs : part", line)]
+    assert rows == [
+        "| 1 | `docs : part 1` | `part-1` | 1 | 3 | 0 | 0 |",
+        "| 2 | `docs : part 2` | `part-2` on `part-1` | 1 | 2 | 0 | 0 |",
+        "| 3 | `docs : part 3` | `part-3` on `part-2` | 1 | 2 | 0 | 0 |",
+    ]
 
 
 def test_the_description_is_built_on_upstreams_template(packaged: Path, tmp_path: Path) -> None:
@@ -445,15 +543,24 @@ def test_the_description_is_built_on_upstreams_template(packaged: Path, tmp_path
     assert "- AI usage disclosure: <!-- mention: YES / NO - if yes, describe how AI was used -->\n" in body
     facts = body.split("## Additional information", 1)[1].split("## Requirements", 1)[0]
     assert "Feature request: #25577." in facts
-    assert "| 1 | docs : add a fixture page | 1 | +3 -0 |" in facts
-    assert "| | all | 2 | +5 -2 |" in facts
+    assert "| 1 | docs : add a fixture page | 1 | +3 -0 | 3 | 0 | 0 |" in facts
+    assert "| | all | 2 | +5 -2 | 7 | 0 | 0 |" in facts
+    assert "Hand-written tests: `tests/**`; mechanical: `src/models/*.cpp`" in facts
     assert "No change to the public headers." in facts
-    assert "`bert/dense` | 2 | refused | the model has an encoder |" in facts
-    assert "1 of 2 configurations certified" in facts
+    # no test of its own: no ctest command, no architecture table (the series' test is not on this branch)
+    assert "This pull request adds no test." in facts
+    assert "ctest" not in facts and "### Architectures" not in facts
+    # no public API on the branch: the real-model checks, which drive it, are not shown
+    assert "split-logits/real" not in facts
     assert "| master (" in facts and "PPL = 13.1108 +/- 0.48251" in facts
+    assert "| this branch, no layer range |" in facts
+    # with no range set, every architecture's graph is upstream's
+    graphs = facts.split("### Graphs", 1)[1].split("### Perplexity", 1)[0]
+    assert "the compute graph of every model of the random-model generator of `test-llama-archs`" in graphs
+    assert "3 variants compared, 3 equal; 1 that the generator cannot build in either tree." in graphs
+    assert "| `gptj/dense` | unknown model architecture: 'gptj' |" in graphs
     assert "every per-chunk value, as printed: `SmolLM2-135M-Instruct.Q4_1.gguf` identical." in facts
     assert "| pp512 | 290.00 | 288.55 | 0.995 |" in facts
-    assert "`boundary/split-logits/real` | max_abs_diff=0; bit_exact=true |" in facts
     assert "git fetch ../PR-1.bundle fixture:fixture" in facts
 
 
@@ -492,6 +599,18 @@ def test_the_discussion_has_the_facts_and_leaves_the_prose_to_the_submitter(
     question = next(i for i, line in enumerate(lines, start=1) if QUESTIONS[0] in line)
     assert question in inside
     assert "| RPC backend | 2 | first | 94.6 MiB |" in text
+    # the architecture table: every architecture of the arch list has a row, counted in both
+    evidence = text.split("## Per-architecture evidence", 1)[1].split("## Layer ranges beside", 1)[0]
+    assert "gives every architecture of llama.cpp's arch list a row" in evidence
+    assert "3 architectures in 4 rows" in evidence
+    assert re.search(r"^\| certified: the logits of 2- and 3-range splits .* \| 1 \| 2 \|$", evidence, re.M)
+    assert "| refused at load, not opted in | 1 | 1 |" in evidence  # no refusal message in the fixture's diff
+    assert "| without a random model (reason below) | 1 | 1 |" in evidence
+    assert "| `gptj` | llama.cpp has no implementation of the architecture |" in evidence
+    assert "| `rwkv7/dense` | 4 | [0, 2) | refused |" in evidence
+    assert "| `gptj` | - | - | no-model |" in evidence
+    assert "Certified: `llama`." in evidence
+    assert "target" not in evidence and "None" not in evidence
     assert "| layer ranges | 2 | cold | 540 KiB |" in text
     assert "./build-master/bin/ggml-rpc-server -H 127.0.0.1 -p 50153 -t 2 -c &" in text
     # where RPC did better is listed, and only that
@@ -890,9 +1009,24 @@ def api_series(upstream: FakeUpstream, work: Path) -> dict[str, str]:
         "                         int32_t   flags);\n"
     )
     (work / "src" / "internal.h").write_text("LLAMA_API int32_t llama_internal_helper(void);\n")
+    (work / "src" / "llama-model.cpp").write_text(
+        "void check(const char * name) {\n"
+        '    throw std::runtime_error(format("the architecture %s does not support layer ranges", name));\n'
+        "}\n"
+    )
+    (work / "src" / "models").mkdir()
+    for arch in ("llama", "gemma3", "qwen2"):
+        (work / "src" / "models" / f"{arch}.cpp").write_text(
+            "for (int il = il_begin; il < il_end; ++il) {\n}\n"
+        )
     (work / "tests" / "test-api.cpp").write_text("int main() { return 0; }\n")
+    (work / "tests" / "test-llama-archs.cpp").write_text("int main() {\n    return 0;\n}\n")
     cmake = work / "tests" / "CMakeLists.txt"
-    cmake.write_text(cmake.read_text() + "llama_build_and_test(test-api.cpp)\n")
+    cmake.write_text(
+        cmake.read_text() + "llama_build_and_test(test-api.cpp)\n"
+        "llama_build_and_test(test-llama-archs.cpp NAME test-llama-archs-layer-ranges "
+        "ARGS --layer-ranges -s 42)\n"
+    )
     second = commit_all(work, message("llama : add a layer range"))
     return {
         "add-the-public-header.patch": format_patch(work, first),
@@ -900,8 +1034,14 @@ def api_series(upstream: FakeUpstream, work: Path) -> dict[str, str]:
     }
 
 
-def install_api_series(repo: Path, upstream: FakeUpstream, work: Path) -> None:
-    """Replace the repository's series with the two patches of api_series, and their concerns."""
+API_TESTS = ("test-api", "test-llama-archs-layer-ranges")
+
+
+def install_api_series(
+    repo: Path, upstream: FakeUpstream, work: Path, pulls: list[dict[str, Any]] | None = None
+) -> None:
+    """Replace the repository's series with the two patches of api_series, and their concerns (one pull
+    request unless `pulls`)."""
     patches = api_series(upstream, work)
     shutil.rmtree(repo / "patches")
     (repo / "patches").mkdir()
@@ -911,9 +1051,17 @@ def install_api_series(repo: Path, upstream: FakeUpstream, work: Path) -> None:
     write_manifest(repo)
     concerns = {
         "add-the-public-header.patch": ("ownership", ["include/llama.h"]),
-        "add-a-layer-range.patch": ("boundary", ["include/*.h", "src/*.h", "tests/**"]),
+        "add-a-layer-range.patch": (
+            "boundary",
+            ["include/*.h", "src/*.h", "src/llama-model.cpp", "src/models/*.cpp", "tests/**"],
+        ),
     }
-    data = config(concerns, pulls=[{"branch": "api", "title": "llama : an API", "patches": list(concerns)}])
+    data = config(
+        concerns,
+        pulls=pulls
+        if pulls is not None
+        else [{"branch": "api", "title": "llama : an API", "patches": list(concerns)}],
+    )
     data["concerns"][1]["notes"] = ["A zero-initialised struct loads every layer."]
     write_package(repo, data)
 
@@ -922,7 +1070,7 @@ def test_the_api_changes_and_the_abi_come_from_the_diff(
     repo: Path, pr_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     install_api_series(repo, pr_upstream, tmp_path / "work")
-    write_report(native=("test-api",))
+    write_report(native=API_TESTS)
     write_bench()
     out = tmp_path / "out"
     assert export(out) == 0
@@ -944,8 +1092,66 @@ def test_the_api_changes_and_the_abi_come_from_the_diff(
         "before `bool vocab_only;`: its size and the offsets of the members after them change"
     ) in api
     assert "- A zero-initialised struct loads every layer." in api
-    assert "| 2 | `test-api` | `test-api` |" in body
-    assert "ctest --test-dir build -R '^(test-api)$' --output-on-failure" in body
+    assert "| `test-api` | `test-api` | added (commit 2) |" in body
+    assert "| `test-llama-archs-layer-ranges` | `test-llama-archs` | added (commit 2) |" in body
+    assert (
+        "ctest --test-dir build -R '^(test-api|test-llama-archs-layer-ranges)$' --output-on-failure" in body
+    )
+    # the series' native tests, as the prefix of the series that ends with this pull request ran them
+    assert "`test-api` passed, `test-llama-archs-layer-ranges` passed." in body
+    # the architecture table, with the refusal message copied from the diff
+    archs = body.split("### Architectures", 1)[1].split("### Perplexity", 1)[0]
+    assert (
+        '| refused at load, not opted in, with the standard message "the architecture rwkv7 does not support '
+        'layer ranges" | 1 | 1 |'
+    ) in archs
+    assert "`boundary/split-logits/real` | max_abs_diff=0; bit_exact=true |" in body
+
+
+def test_stacked_pull_requests_count_core_test_and_mechanical_lines_from_the_diff(
+    repo: Path, pr_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    pulls = [
+        {
+            "branch": "header",
+            "title": "llama : add the public header",
+            "patches": ["add-the-public-header.patch"],
+        },
+        {
+            "branch": "layer-range",
+            "title": "llama : add a layer range",
+            "patches": ["add-a-layer-range.patch"],
+        },
+    ]
+    install_api_series(repo, pr_upstream, tmp_path / "work", pulls)
+    write_report(native=API_TESTS)
+    write_bench()
+    out = tmp_path / "out"
+    assert export(out) == 0
+    header = len(HEADER.splitlines())
+    first, second = (out / "PR-1.md").read_text(), (out / "PR-2.md").read_text()
+    assert f"| 1 | llama : add the public header | 1 | +{header} -0 | {header} | 0 | 0 |" in first
+    # include/llama.h 4, src/llama-ext.h 11, src/internal.h 1, src/llama-model.cpp 3; tests/ 6; src/models/ 6
+    assert "| 1 | llama : add a layer range | 10 | +31 -0 | 19 | 6 | 6 |" in second
+    readme = (out / "README.md").read_text()
+    assert f"| 1 | `llama : add the public header` | `header` | 1 | {header} | 0 | 0 |" in readme
+    assert "| 2 | `llama : add a layer range` | `layer-range` on `header` | 10 | 19 | 6 | 6 |" in readme
+    discussion = (out / "DISCUSSION.md").read_text()
+    assert "2 stacked pull requests, each on top of the one before" in discussion
+    assert (
+        "2. `llama : add a layer range`: 10 files, 19 hand-written core lines, 6 hand-written test lines, "
+        "6 mechanical lines."
+    ) in discussion
+    # the first pull request has no test: no ctest, no architecture table; its API is driven by the
+    # real-model checks, which ran on the whole stack
+    assert "This pull request adds no test." in first
+    assert "### Architectures" not in first and "ctest --test-dir" not in first
+    assert (
+        "(not part of this pull request), on the branch of pull request 2 (`layer-range`)</summary>" in first
+    )
+    assert "| `test-llama-archs-layer-ranges` | `test-llama-archs` | added (commit 1) |" in second
+    assert "### Architectures" in second and "`boundary/split-logits/real`" in second
+    assert "Measured on the branch of pull request" not in second
 
 
 def test_a_native_test_missing_from_the_report_is_refused(
@@ -954,7 +1160,12 @@ def test_a_native_test_missing_from_the_report_is_refused(
     install_api_series(repo, pr_upstream, tmp_path / "work")
     write_report()
     write_bench()
-    refused(tmp_path / "out", 9, capsys, "adds the native test(s) test-api, which the verify report lacks")
+    refused(
+        tmp_path / "out",
+        9,
+        capsys,
+        "adds the native test(s) test-api, test-llama-archs-layer-ranges, which the verify report lacks",
+    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -999,10 +1210,19 @@ def test_the_repository_configuration_covers_the_series() -> None:
     names = series.load(ROOT / "series" / "series").names
     data = package.load_config(ROOT / "upstream-package" / "package.toml", names)
     assert [c.patch for c in data.concerns] == names
-    assert [c.group for c in data.concerns] == ["ownership", "boundary", "kv"]
+    assert [c.group for c in data.concerns] == ["graph", "ownership", "kv", "archs"]
     assert data.deny_words == ("meshnet", "dgr", "routing", "billing", "relay")
-    assert [p.title for p in data.pulls] == ["llama : load and evaluate a range of layers"]
-    assert len(data.questions) == 3
+    # one stacked pull request per patch, titled with the patch's subject
+    assert [p.patches for p in data.pulls] == [(n,) for n in names]
+    subjects = [patchfile.parse((ROOT / "patches" / n).read_text()).subject for n in names]
+    assert [p.title for p in data.pulls] == subjects
+    assert all(p.why for p in data.pulls)
+    assert len({p.branch for p in data.pulls}) == len(names)
+    # what the series no longer has, and how it is sent, is not asked
+    assert data.questions
+    for question in data.questions:
+        assert "llama-ext.h" not in question and "llama_model_layer_" not in question
+        assert "stacked" not in question
 
 
 def test_the_other_models_perplexity_and_llama_bench_are_rendered_beside_the_default(

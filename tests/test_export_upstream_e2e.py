@@ -10,6 +10,11 @@ and `dgr verify` tests), and the package's own commands must work on it: plain c
 -march=native enables AMX, which dies with SIGILL on some machines) builds the targets it names, and its
 `ctest -R` selects exactly the series' tests and passes.
 
+The series is sent as stacked pull requests, one per patch: every pull request has its bundle and its
+description, each bundle's branch holds the series up to its patch, and the files and the hand-written core,
+hand-written test and mechanical lines each description and the README show are those of the branch's own
+diff.
+
 $DGR_E2E_REPO names another repository to take the series from (a checkout where the pin has moved).
 """
 
@@ -36,6 +41,8 @@ from tests.helpers import ROOT, git, run_dgr
 pytestmark = pytest.mark.e2e
 
 COPIED = ("pyproject.toml", "locks", "series", "patches", "upstream-package", "verify/worker")
+PULLS = 4
+"""The stacked pull requests of the series: one per patch."""
 
 
 def copy_repository(source: Path, target: Path) -> Path:
@@ -148,6 +155,17 @@ def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstre
         if name.endswith(".md"):
             assert package.scan_package(name, data.decode(), config.deny_words) == []
             assert str(tmp_path) not in data.decode()
+    # one stacked pull request per patch, each with its bundle and its description; the manifest covers all
+    assert [p.patches for p in config.pulls] == [(p.name,) for p in plan.patches]
+    assert len(config.pulls) == PULLS
+    numbers = range(1, len(config.pulls) + 1)
+    assert sorted(files) == sorted(
+        ["DISCUSSION.md", "MANIFEST.sha256", "README.md", "REPRODUCE.md"]
+        + [f"PR-{n}.{ext}" for n in numbers for ext in ("bundle", "md")]
+    )
+    assert files["MANIFEST.sha256"].decode().splitlines() == [
+        f"{hashlib.sha256(files[p]).hexdigest()}  {p}" for p in sorted(files) if p != "MANIFEST.sha256"
+    ]
 
     # a fresh clone of the pinned upstream, the bundle's branch fetched and checked out
     branch = config.pulls[-1].branch
@@ -155,7 +173,8 @@ def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstre
     gitops.init(clone)
     git(clone, "fetch", "-q", "--depth", "1", f"file://{upstream_git}", plan.pin.commit)
     git(clone, "checkout", "-q", "--detach", "FETCH_HEAD")
-    git(clone, "fetch", "-q", str(one / f"PR-{len(config.pulls)}.bundle"), f"{branch}:{branch}")
+    for pull in config.pulls:
+        git(clone, "fetch", "-q", str(one / f"PR-{pull.number}.bundle"), f"{pull.branch}:{pull.branch}")
     git(clone, "checkout", "-q", branch)
     commits = git(clone, "log", "--format=%an%n%ae%n%B", f"{plan.pin.commit}..{branch}")
     added = [
@@ -172,8 +191,28 @@ def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstre
     ordered = [repo / "patches" / name for name in series if name and not name.startswith("#")]
     assert [p.name for p in plan.patches] == [p.name for p in ordered]
     git(clone, "checkout", "-q", "--detach", plan.pin.commit)
-    git(clone, "-c", "user.name=e2e", "-c", "user.email=e2e@localhost", "am", "-q", *map(str, ordered))
-    assert git(clone, "rev-parse", "HEAD^{tree}") == git(clone, "rev-parse", f"{branch}^{{tree}}")
+    parent = plan.pin.commit
+    readme = files["README.md"].decode()
+    for pull in config.pulls:
+        # pull request n: the series up to its patches, on top of pull request n - 1
+        mails = [str(repo / "patches" / name) for name in pull.patches]
+        git(clone, "-c", "user.name=e2e", "-c", "user.email=e2e@localhost", "am", "-q", *mails)
+        assert git(clone, "rev-parse", "HEAD^{tree}") == git(clone, "rev-parse", f"{pull.branch}^{{tree}}")
+        assert git(clone, "rev-parse", f"{pull.branch}~{len(pull.patches)}") == parent
+        # its figures, from its own diff
+        counts = {"core": 0, "tests": 0, "mechanical": 0}
+        stat = git(clone, "diff", "--numstat", parent, pull.branch).splitlines()
+        for line in stat:
+            plus, minus, path = line.split("\t", 2)
+            counts[config.line_kind(path)] += (int(plus) + int(minus)) if plus.isdigit() else 0
+        figures = f"| {len(stat)} | {counts['core']} | {counts['tests']} | {counts['mechanical']} |"
+        row = f"| {pull.number} | `{pull.title}` | `{pull.branch}`"
+        assert next(line for line in readme.splitlines() if line.startswith(row)).endswith(figures), figures
+        body = files[f"PR-{pull.number}.md"].decode()
+        assert body.startswith(f"<!-- Title: {pull.title} -->\n")
+        assert f" | {counts['core']} | {counts['tests']} | {counts['mechanical']} |" in body
+        parent = git(clone, "rev-parse", pull.branch)
+    assert "stacked" in readme
     git(clone, "checkout", "-q", branch)
 
     # the package's own commands, run as a maintainer would: plain cmake configure and build of the targets it

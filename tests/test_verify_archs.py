@@ -5,50 +5,62 @@ from __future__ import annotations
 from dgr.verify import archs
 
 ESC = "\x1b"
-OK, REFUSED = f"{ESC}[1;32mOK{ESC}[0m", f"{ESC}[1;33mREFUSED{ESC}[0m"
-TABLE = f"""\
+FAIL = f"{ESC}[1;31mFAIL{ESC}[0m"
+TABLE = """\
 0.00.000.290 I main: using seed 42, stdev 0.100000
-|     Model arch.|Config| Layers|Ranges                |Result
-|           llama| Dense|      4|2,3,1+1               |{OK} bit-identical logits, KV cache by range
-|           llama|   MoE|      4|2,3,1+1               |{OK} bit-identical logits, KV cache by range
-|          bitnet| Dense|      4|2                     |{REFUSED} the graph uses token_embd.weight
-Summary: 2 certified, 1 refused, 0 failed
+|     Model arch.|Config| Layers|Ranges      |Result
+|           llama| Dense|      4|2,3,1+1     |CERTIFIED bit-identical logits, KV cache by range
+|           llama|   MoE|      4|2,3,1+1     |CERTIFIED bit-identical logits, KV cache by range
+|           rwkv7| Dense|      4|[0, 2)      |REFUSED not opted in, refused at load
+|            gptj|     -|      -|-           |NO MODEL llama.cpp has no implementation of the architecture
+Summary: 3 architectures, 2 certified, 1 refused, 1 without a model, 0 failed, 0 load checks failed
 """
 
 
 def test_rows_are_parsed_with_status_ranges_and_reason() -> None:
-    rows = archs.parse(TABLE)
-    assert [(r.name, r.status, r.n_layer) for r in rows] == [
+    table = archs.parse(TABLE)
+    assert [(r.name, r.status, r.n_layer) for r in table.rows] == [
         ("llama/dense", "certified", 4),
         ("llama/moe", "certified", 4),
-        ("bitnet/dense", "refused", 4),
+        ("rwkv7/dense", "refused", 4),
+        ("gptj", "no-model", None),
     ]
-    assert rows[0].ranges == ("2", "3", "1+1")
-    assert rows[2].detail == "the graph uses token_embd.weight"
+    assert table.rows[0].ranges == ("2", "3", "1+1")
+    assert table.rows[2].detail == archs.REFUSAL
+    assert table.n_archs == 3
 
 
-def test_a_refusal_with_a_reason_passes_and_the_share_is_judged() -> None:
+def test_every_row_passes_and_the_table_covers_the_arch_list() -> None:
     checks = {c.name: c for c in archs.checks(TABLE, 0)}
-    assert checks["bitnet/dense"].passed and checks["bitnet/dense"].figures["reason"]
-    share = checks["certified-share"]
-    assert share.figures["certified"] == 2 and share.figures["models"] == 3
-    assert not share.passed  # 2 of 3 is under the 90% target
-    assert "66.7%" in share.detail
+    assert all(c.passed for c in checks.values()), [c.detail for c in checks.values() if not c.passed]
+    summary = checks[archs.SUMMARY]
+    assert summary.figures["certified"] == 1 and summary.figures["refused"] == 1
+    assert summary.figures["no-model"] == 1 and summary.figures["architectures"] == 3
+    assert checks["rwkv7/dense"].figures["reason"] == archs.REFUSAL
+
+
+def test_a_refusal_other_than_the_standard_one_fails() -> None:
+    other = TABLE.replace("REFUSED not opted in, refused at load", "REFUSED failed to decode batch")
+    checks = {c.name: c for c in archs.checks(other, 0)}
+    assert not checks["rwkv7/dense"].passed and "standard refusal" in checks["rwkv7/dense"].detail
+
+
+def test_a_missing_architecture_fails_the_table() -> None:
+    missing = TABLE.replace("Summary: 3 architectures", "Summary: 4 architectures")
+    summary = {c.name: c for c in archs.checks(missing, 0)}[archs.SUMMARY]
+    assert not summary.passed and "3 architectures have a row, the arch list has 4" in summary.detail
 
 
 def test_a_mismatch_fails_and_a_crash_is_named() -> None:
-    crashed = (
-        TABLE.replace("Summary: 2 certified, 1 refused, 0 failed\n", "")
-        + "|           gemma3| Dense|      4|"
-    )
-    mismatch = crashed.replace(
-        f"{ESC}[1;32mOK{ESC}[0m bit-identical logits", f"{ESC}[1;31mFAIL{ESC}[0m split 2: NMSE 1.0e-03", 1
-    )
+    crashed = TABLE.split("Summary:")[0] + "|          gemma3| Dense|      4|"
+    mismatch = crashed.replace("CERTIFIED bit-identical logits", f"{FAIL} split 2: NMSE 1.0e-03", 1)
     checks = {c.name: c for c in archs.checks(mismatch, -6)}
     assert not checks["llama/dense"].passed and "NMSE" in checks["llama/dense"].detail
     assert not checks["gemma3/dense"].passed and checks["gemma3/dense"].figures["status"] == "crashed"
+    summary = checks[archs.SUMMARY]
+    assert not summary.passed and "no summary line" in summary.detail and "exited with -6" in summary.detail
 
 
 def test_no_table_is_a_failure() -> None:
     checks = archs.checks("encountered runtime error: failed to create llama model\n", 255)
-    assert [c.name for c in checks] == ["certified-share"] and not checks[0].passed
+    assert [c.name for c in checks] == [archs.SUMMARY] and not checks[0].passed

@@ -59,7 +59,8 @@ def test_memory_table_ranges() -> None:
 
 
 def test_invalid_ranges_and_rss_ranges_follow_the_layer_count() -> None:
-    assert set(ownership.invalid_ranges(18)) == {(-1, 1), (0, 19), (1, 1), (2, 1), (18, -1)}
+    assert set(ownership.invalid_ranges(18)) == {(-1, 1), (0, -2), (0, 19), (1, 1), (2, 1), (18, -1)}
+    assert ownership.invalid_ranges(18)[(0, 19)] == "the model has 18 layers"
     assert ownership.rss_ranges(18) == {
         "whole": (0, 18),
         "head": (0, 6),

@@ -100,7 +100,7 @@ def prefix_check(k: int, patches: list[str], digest: str, result: Result) -> Che
             "inputs_digest": digest,
             "tests": {c.name: c.passed for c in result.checks},
         },
-        detail=""
+        detail=("builds; registers no native test of its own" if not result.checks else "")
         if not failed
         else "failing: "
         + ", ".join(failed)

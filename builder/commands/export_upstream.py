@@ -24,6 +24,8 @@ def run(args: argparse.Namespace) -> int:
     for pull in result.pulls:
         log.info(
             f"PR-{pull['number']}: {pull['title']} (branch {pull['branch']}, "
-            f"{len(pull['commits'])} commit(s), {pull['lines']} lines to review by hand)"
+            f"{len(pull['commits'])} commit(s), {pull['files']} files; lines: {pull['core_lines']} "
+            f"hand-written core, {pull['test_lines']} hand-written tests, "
+            f"{pull['mechanical_lines']} mechanical)"
         )
     return EXIT_OK

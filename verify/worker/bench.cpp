@@ -13,6 +13,7 @@
 #include "llama.h"
 #include "llama-cpp.h"
 #include "llama-ext.h"
+#include "held.h"
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,7 @@ struct stage {
     llama_context * ctx   = nullptr;
     bool head = false;
     bool tail = false;
+    int32_t layer_end = 0;  // the end of the range the model holds
 };
 
 static stage load_stage(const std::string & path, int32_t begin, int32_t end, int n_threads, uint32_t n_ctx) {
@@ -65,8 +67,10 @@ static stage load_stage(const std::string & path, int32_t begin, int32_t end, in
     if (!s.ctx) {
         throw std::runtime_error("cannot create a context");
     }
-    s.head = llama_model_layer_begin(s.model) == 0;
-    s.tail = llama_model_layer_end(s.model) == llama_model_n_layer(s.model);
+    const held_range held = read_held_range(s.model);
+    s.head = held.begin == 0;
+    s.tail = held.end == llama_model_n_layer(s.model);
+    s.layer_end = held.end;
     return s;
 }
 
@@ -95,7 +99,7 @@ static int32_t run_chain(std::vector<stage> & stages, const std::vector<llama_to
             argmax = (int32_t) (std::max_element(l, l + n_vocab) - l);
         } else {
             // the hidden state entering the layer where the range ends
-            const float * data = llama_get_embeddings_layer_inp(s.ctx, llama_model_layer_end(s.model));
+            const float * data = llama_get_embeddings_layer_inp(s.ctx, s.layer_end);
             if (!data) {
                 throw std::runtime_error("no hidden state");
             }

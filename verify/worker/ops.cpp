@@ -5,6 +5,7 @@
 #include "llama.h"
 #include "llama-cpp.h"
 #include "llama-ext.h"
+#include "held.h"
 // the tensors a model holds and the buffers it allocated, read from the loaded model (internal, as upstream's tests do)
 #include "llama-model.h"
 
@@ -203,7 +204,7 @@ json worker::op_hello() {
         {"max_body", max_body_},
         {"features", {
             {"layer_range", (bool) WORKER_HAS_LAYER_RANGE},
-            {"boundary",    (bool) WORKER_HAS_BOUNDARY},
+            {"boundary",    (bool) WORKER_HAS_LAYER_RANGE},
             {"kv_recipe",   (bool) WORKER_HAS_KV_RANGE},
         }},
         {"system_info", llama_print_system_info()},
@@ -287,13 +288,9 @@ json worker::op_load(const json & req) {
 #endif
     n_embd_     = llama_model_n_embd(model_);
     n_vocab_    = llama_vocab_n_tokens(llama_model_get_vocab(model_));
-#if WORKER_HAS_LAYER_RANGE
-    layer_begin_ = llama_model_layer_begin(model_);
-    layer_end_   = llama_model_layer_end(model_);
-#else
-    layer_begin_ = 0;
-    layer_end_   = n_layer_;
-#endif
+    held_        = read_held_range(model_);
+    layer_begin_ = held_.begin;
+    layer_end_   = held_.end;
     identity_ = model_identity(model_);
 
     if (with_ctx) {
@@ -340,11 +337,11 @@ json worker::ownership() const {
     out["n_vocab"]     = n_vocab_;
     out["layer_begin"] = layer_begin_;
     out["layer_end"]   = layer_end_;
-    // the model holds the input tensors if its range starts at layer 0, the output tensors if it ends at the last one
+    // read from the tensors the model holds: its layers, the input and the output tensors with data
     out["partial"]         = layer_begin_ > 0 || layer_end_ < n_layer_;
-    out["has_tok_embd"]    = layer_begin_ == 0;
-    out["has_output_norm"] = layer_end_ == n_layer_;
-    out["has_output"]      = layer_end_ == n_layer_;
+    out["has_tok_embd"]    = held_.tok_embd;
+    out["has_output_norm"] = held_.output_norm;
+    out["has_output"]      = held_.output;
 
     // the tensors the loaded model holds
     json tensors = json::array();
@@ -521,7 +518,7 @@ decode_request worker::parse_decode(const json & req, const std::vector<uint8_t>
         return r;
     }
 
-    if (!WORKER_HAS_BOUNDARY) {
+    if (!WORKER_HAS_LAYER_RANGE) {
         throw request_error{"unsupported", "this llama.cpp build does not evaluate a range of layers"};
     }
     if (req.contains("tokens")) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "frame.h"
+#include "held.h"
 
 #include <nlohmann/json.hpp>
 
@@ -100,6 +101,7 @@ private:
     std::string     identity_; // 16 hex digits
     int32_t         layer_begin_ = 0;
     int32_t         layer_end_   = 0;
+    held_range      held_;
     int32_t         n_layer_     = 0;
     int32_t         n_embd_      = 0;
     int32_t         n_vocab_     = 0;
