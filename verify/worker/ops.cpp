@@ -288,9 +288,7 @@ json worker::op_load(const json & req) {
 #endif
     n_embd_     = llama_model_n_embd(model_);
     n_vocab_    = llama_vocab_n_tokens(llama_model_get_vocab(model_));
-    held_        = read_held_range(model_);
-    layer_begin_ = held_.begin;
-    layer_end_   = held_.end;
+    held_       = read_held_range(model_);
     identity_ = model_identity(model_);
 
     if (with_ctx) {
@@ -335,10 +333,10 @@ json worker::ownership() const {
     out["n_layer"]     = n_layer_;
     out["n_embd"]      = n_embd_;
     out["n_vocab"]     = n_vocab_;
-    out["layer_begin"] = layer_begin_;
-    out["layer_end"]   = layer_end_;
+    out["layer_begin"] = held_.begin;
+    out["layer_end"]   = held_.end;
     // read from the tensors the model holds: its layers, the input and the output tensors with data
-    out["partial"]         = layer_begin_ > 0 || layer_end_ < n_layer_;
+    out["partial"]         = held_.begin > 0 || held_.end < n_layer_;
     out["has_tok_embd"]    = held_.tok_embd;
     out["has_output_norm"] = held_.output_norm;
     out["has_output"]      = held_.output;
@@ -499,9 +497,9 @@ decode_request worker::parse_decode(const json & req, const std::vector<uint8_t>
     }
 
     // the input: tokens for the first range, a bundle from the previous range otherwise
-    if (layer_begin_ == 0) {
+    if (held_.begin == 0) {
         if (!body.empty()) {
-            throw request_error{"wrong_input", "this worker holds the layers [0, " + std::to_string(layer_end_) +
+            throw request_error{"wrong_input", "this worker holds the layers [0, " + std::to_string(held_.end) +
                                 ") and takes tokens, not a bundle"};
         }
         r.tokens = get_field<std::vector<llama_token>>(req, "tokens", {});
@@ -522,8 +520,8 @@ decode_request worker::parse_decode(const json & req, const std::vector<uint8_t>
         throw request_error{"unsupported", "this llama.cpp build does not evaluate a range of layers"};
     }
     if (req.contains("tokens")) {
-        throw request_error{"wrong_input", "this worker holds the layers [" + std::to_string(layer_begin_) + ", " +
-                            std::to_string(layer_end_) + ") and takes a bundle of the hidden state, not tokens"};
+        throw request_error{"wrong_input", "this worker holds the layers [" + std::to_string(held_.begin) + ", " +
+                            std::to_string(held_.end) + ") and takes a bundle of the hidden state, not tokens"};
     }
     bundle b;
     try {
@@ -541,7 +539,7 @@ decode_request worker::parse_decode(const json & req, const std::vector<uint8_t>
     };
     expect("model",     identity_);
     expect("n_layer",   std::to_string(n_layer_));
-    expect("layer_end", std::to_string(layer_begin_));
+    expect("layer_end", std::to_string(held_.begin));
     expect("session",   r.session);
     expect("epoch",     std::to_string(r.epoch));
     expect("pos",       std::to_string(r.pos));
@@ -583,7 +581,7 @@ int32_t worker::run_decode(const decode_request & r, const session & s) {
     llama_batch_ext_ptr batch(llama_batch_ext_init(ctx_));
     for (int32_t i = 0; i < r.n_tokens; ++i) {
         int32_t idx;
-        if (layer_begin_ == 0) {
+        if (held_.begin == 0) {
             idx = llama_batch_ext_add_token(batch.get(), s.seq, r.tokens[i]);
         } else {
             // a range without the input layer takes the hidden state that enters its first layer as embeddings
@@ -602,16 +600,16 @@ int32_t worker::run_decode(const decode_request & r, const session & s) {
 
 json worker::decode_output(const decode_request & r, std::vector<uint8_t> & out) {
     json res = json::object();
-    if (layer_end_ < n_layer_) {
+    if (held_.end < n_layer_) {
         // a range without the output layer outputs the hidden state that enters the layer where it ends
-        const float * data = llama_get_embeddings_layer_inp(ctx_, layer_end_);
+        const float * data = llama_get_embeddings_layer_inp(ctx_, held_.end);
         if (!data) {
-            throw request_error{"decode_failed", llama_errors("no hidden state after layer " + std::to_string(layer_end_ - 1))};
+            throw request_error{"decode_failed", llama_errors("no hidden state after layer " + std::to_string(held_.end - 1))};
         }
         bundle b;
         b.meta = {
             {"model", identity_}, {"n_layer", std::to_string(n_layer_)},
-            {"layer_begin", std::to_string(layer_begin_)}, {"layer_end", std::to_string(layer_end_)},
+            {"layer_begin", std::to_string(held_.begin)}, {"layer_end", std::to_string(held_.end)},
             {"session", r.session}, {"epoch", std::to_string(r.epoch)}, {"pos", std::to_string(r.pos)},
             {"n_tokens", std::to_string(r.n_tokens)},
         };

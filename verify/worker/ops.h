@@ -99,9 +99,7 @@ private:
     llama_context * ctx_   = nullptr;
     std::string     model_path_;
     std::string     identity_; // 16 hex digits
-    int32_t         layer_begin_ = 0;
-    int32_t         layer_end_   = 0;
-    held_range      held_;
+    held_range      held_;     // what the loaded model holds, read from its tensors
     int32_t         n_layer_     = 0;
     int32_t         n_embd_      = 0;
     int32_t         n_vocab_     = 0;
