@@ -173,8 +173,8 @@ def make_repo(path: Path, upstream: FakeUpstream, patches: dict[str, str]) -> Pa
 
 
 def write_manifest(repo: Path) -> None:
-    from dgr import manifest
-    from dgr.paths import Repo
+    from dgr.core.paths import Repo
+    from dgr.series import manifest
 
     manifest.write(Repo(repo), manifest.compute(Repo(repo)))
 

@@ -12,7 +12,7 @@ import pytest
 from dgr import errors
 from dgr.cli import main
 from dgr.contracts import GROUPS
-from dgr.paths import find_cache_root, find_repo_root
+from dgr.core.paths import find_cache_root, find_repo_root
 
 from tests.helpers import ROOT
 

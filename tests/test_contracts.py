@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import tomli_w
-from dgr import buildplan
-from dgr.buildcache import MANIFEST, BuildStore
+from dgr.builds import buildplan
+from dgr.builds.buildcache import MANIFEST, BuildStore
 from dgr.contracts import (
     GROUPS,
     AppliedPatch,
@@ -24,8 +24,8 @@ from dgr.contracts import (
     ToolchainInfo,
     UpstreamInfo,
 )
+from dgr.core.paths import Cache
 from dgr.errors import ConfigError
-from dgr.paths import Cache
 
 
 def report(**overrides: Any) -> Report:

@@ -1,6 +1,6 @@
 """`dgr bench --rpc`'s measurements beside upstream's tools, as far as they run without a build: the output
 of upstream's tools parsed (fake tools print what the real ones print), the result read back by the export
-(dgr.measured) exactly as the bench writes it."""
+(dgr.export.measured) exactly as the bench writes it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from dgr import measured
 from dgr.errors import DgrError
+from dgr.export import measured
 from dgr.verify.bench import quality, rpc
 
 PERPLEXITY_OUT = (

@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 import tomli_w
-from dgr import branches, buildplan, package, patchfile
+from dgr.builds import buildplan
 from dgr.cli import main
 from dgr.contracts import GROUPS
-from dgr.paths import Context
+from dgr.core.paths import Context
+from dgr.export import branches, package
+from dgr.series import patchfile
 
 from tests import helpers
 from tests.helpers import (
@@ -866,7 +868,7 @@ def test_refuses_a_placeholder_outside_the_submitters_marks(
 def test_refuses_a_description_longer_than_github_takes(
     packaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dgr import export as exporting
+    from dgr.export import export as exporting
 
     monkeypatch.setattr(exporting, "GITHUB_BODY_MAX", 1000)
     refused(tmp_path / "out", 7, capsys, "PR-1.md: ", "characters, GitHub takes at most 1000")
@@ -1205,7 +1207,7 @@ def test_pull_request_titles_are_in_upstreams_form(title: str, ok: bool) -> None
 
 
 def test_the_repository_configuration_covers_the_series() -> None:
-    from dgr import series
+    from dgr.series import order as series
 
     names = series.load(ROOT / "series" / "series").names
     data = package.load_config(ROOT / "upstream-package" / "package.toml", names)

@@ -32,8 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dgr import buildplan, gitops, locks, package
-from dgr.paths import Context
+from dgr import locks
+from dgr.builds import buildplan
+from dgr.core.paths import Context
+from dgr.export import package
+from dgr.git import gitops
 
 from tests import helpers
 from tests.helpers import ROOT, git, run_dgr

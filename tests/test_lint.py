@@ -7,11 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
-from dgr import lint, manifest
 from dgr.cli import main
-from dgr.digest import sha256_bytes, sha256_file
+from dgr.core.digest import sha256_bytes, sha256_file
+from dgr.core.paths import Repo
 from dgr.locks import PatchManifest
-from dgr.paths import Repo
+from dgr.maintain import lint
+from dgr.series import manifest
 
 from tests.helpers import WHY, flip_byte, write_manifest
 

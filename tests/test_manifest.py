@@ -6,11 +6,11 @@ import re
 from pathlib import Path
 
 import pytest
-from dgr import manifest
 from dgr.cli import main
-from dgr.digest import sha256_file
+from dgr.core.digest import sha256_file
+from dgr.core.paths import Repo
 from dgr.errors import ConfigError, IntegrityError
-from dgr.paths import Repo
+from dgr.series import manifest
 
 from tests.helpers import flip_byte
 

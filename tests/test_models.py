@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dgr import locks, model, pypi
+from dgr import locks
+from dgr.core.paths import Cache
 from dgr.errors import ConfigError, IntegrityError
-from dgr.paths import Cache
+from dgr.sources import model, pypi
 
 from tests.helpers import ROOT
 

@@ -12,9 +12,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from dgr import buildplan, pinning
+from dgr.builds import buildplan
 from dgr.cli import main
-from dgr.paths import Context
+from dgr.core.paths import Context
+from dgr.maintain import pinning
 
 from tests.helpers import ROOT, FakeUpstream, commit_all, flip_byte, format_patch, git, message, write_report
 

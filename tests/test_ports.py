@@ -8,10 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from dgr import buildplan, cmakedefs, manifest
+from dgr.builds import buildplan, cmakedefs
 from dgr.cli import main
+from dgr.core.paths import Context, Repo
 from dgr.errors import IntegrityError, UsageError
-from dgr.paths import Context, Repo
+from dgr.series import manifest
 
 from tests.helpers import FakeUpstream, flip_byte
 

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from dgr.contracts import GROUPS
 from dgr.errors import WorkerRequestError
-from dgr.verify import bundle, frames, prompts
-from dgr.verify.client import Context, Worker
+from dgr.verify.models import prompts
+from dgr.verify.wire import bundle, frames
+from dgr.verify.wire.client import Context, Worker
 
 from tests.helpers import ROOT, run_dgr
 

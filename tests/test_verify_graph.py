@@ -1,5 +1,5 @@
-"""The `graph` group (dgr.verify.graphs): the lines of layer-graphs are parsed, and the graphs of the patched
-build compared with the baseline's; a difference, or a variant built in one tree only, fails."""
+"""The `graph` group (dgr.verify.checks.graphs): the lines of layer-graphs are parsed, and the graphs of the
+patched build compared with the baseline's; a difference, or a variant built in one tree only, fails."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from dgr.errors import VerifyError
-from dgr.verify import graphs
+from dgr.verify.checks import graphs
 
 PP_OPS = ["GET_ROWS", "RMS_NORM", "MUL", "MUL_MAT", "ADD", "SOFT_MAX", "MUL_MAT"]
 TG_OPS = ["GET_ROWS", "RMS_NORM", "MUL", "MUL_MAT", "ADD", "MUL_MAT"]

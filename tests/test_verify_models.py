@@ -7,10 +7,11 @@ import ast
 from pathlib import Path
 
 import pytest
-from dgr.verify import checks, inventory, synth
+from dgr.verify import checks
 from dgr.verify.bench import memory
 from dgr.verify.checks import kv, ownership
-from dgr.verify.env import Env, RealModel
+from dgr.verify.models import inventory, synth
+from dgr.verify.models.env import Env, RealModel
 
 from tests.helpers import ROOT
 
@@ -162,8 +163,8 @@ def test_the_groups_run_fixtures_then_every_locked_model(tmp_path: Path) -> None
 
 
 HARNESS = [
-    *sorted((ROOT / "verify" / "checks").glob("*.py")),
-    *sorted((ROOT / "verify" / "bench").glob("*.py")),
+    *sorted((ROOT / "builder" / "dgr" / "verify" / "checks").glob("*.py")),
+    *sorted((ROOT / "builder" / "dgr" / "verify" / "bench").glob("*.py")),
 ]
 
 
