@@ -40,7 +40,17 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 # --------------------------------------------------------------------------- the verify report
 
-Group = Literal["native", "series", "archs", "graph", "ownership", "boundary", "kv"]
+# the registry of verify groups: one line per group, in the order they run; the group `<name>` is the
+# module dgr.verify.checks.<name> (its `GROUP`)
+Group = Literal[
+    "native",
+    "series",
+    "archs",
+    "graph",
+    "ownership",
+    "boundary",
+    "kv",
+]
 GROUPS: tuple[Group, ...] = get_args(Group)
 """The groups of `dgr verify`, in the order they run; a report usable for export covers all of them."""
 

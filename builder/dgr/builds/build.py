@@ -35,26 +35,26 @@ _COMPILER_STATE = "last-compiler.toml"
 
 
 @dataclass(frozen=True)
-class Result:
+class BuildOutcome:
     manifest: BuildManifest
     path: Path
     status: BuildStatus
 
 
-def run(ctx: Context, request: Request) -> Result:
+def run(ctx: Context, request: Request) -> BuildOutcome:
     the_plan = plan(ctx, request)
     store = BuildStore(ctx.cache)
     log.info(f"inputs digest {the_plan.digest} ({the_plan.flavor})")
     if cached := store.lookup(the_plan.digest):
         log.info(f"cached: {store.path(the_plan.digest)} is up to date, nothing to build")
-        return Result(cached, store.path(the_plan.digest), "cached")
+        return BuildOutcome(cached, store.path(the_plan.digest), "cached")
     with store.locked():
         if cached := store.lookup(the_plan.digest):
             log.info(f"cached: another build published {store.path(the_plan.digest)} while this one waited")
-            return Result(cached, store.path(the_plan.digest), "cached")
+            return BuildOutcome(cached, store.path(the_plan.digest), "cached")
         ctx.cache.clean_stale_tmp()
         built = _build(ctx, the_plan, store)
-    return Result(built, store.path(the_plan.digest), "built")
+    return BuildOutcome(built, store.path(the_plan.digest), "built")
 
 
 def _build(ctx: Context, plan: Plan, store: BuildStore) -> BuildManifest:

@@ -39,7 +39,7 @@ BASE_ENV = {
 
 
 @dataclass(frozen=True)
-class Result:
+class GitRun:
     """What a git command did: its exit status, its stdout as bytes (exactly) and as text, its stderr."""
 
     returncode: int
@@ -66,7 +66,7 @@ def git(
     error: type[DgrError] = DgrError,
     what: str | None = None,
     hint: str | None = None,
-) -> Result:
+) -> GitRun:
     """`git ARGS` in `cwd` through gitpython's command wrapper, with the fixed environment (and `env`)."""
     cmd = ["git", *(str(a) for a in args)]
     if log.is_verbose():
@@ -94,7 +94,7 @@ def git(
             hint=hint,
             detail=proc.failure_detail(cmd, status, err + "\n" + output.decode(errors="replace")),
         )
-    return Result(status, output, err)
+    return GitRun(status, output, err)
 
 
 def out(args: Sequence[str | Path], *, cwd: Path | None = None, check: bool = True) -> str:

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dgr.contracts import SYNTHETIC, Check
+from dgr.core import proc
+from dgr.errors import VerifyError
+from dgr.verify.checks.session import GroupSpec, Session
 
 # the arguments of the test's CTest entry (tests/CMakeLists.txt of the series): a fixed seed, so that the
 # table is the same in every run
@@ -153,3 +156,21 @@ def checks(output: str, exit_code: int) -> list[Check]:
         )
     )
     return out
+
+
+def _verify(session: Session) -> list[Check]:
+    """The table of the layer-range test of every architecture: from the native group's run of it (its
+    exit status as CTest judged it), else its own run."""
+    build_dir = session.patched.path
+    native_ran = session.native_ran
+    ran = next((c for c in native_ran.checks if c.name == TEST_NAME), None) if native_ran else None
+    if native_ran is not None and ran is not None:
+        return checks(native_ran.outputs[TEST_NAME], 0 if ran.passed else 1)
+    exe = build_dir / "bin" / "test-llama-archs"
+    if not exe.is_file():
+        raise VerifyError(f"the build at {build_dir} has no test-llama-archs", hint="run `dgr build`")
+    result = proc.run([exe, *ARGS], check=False, error=VerifyError, what="test-llama-archs", cwd=build_dir)
+    return checks(result.stdout, result.returncode)
+
+
+GROUP = GroupSpec(_verify)

@@ -11,6 +11,7 @@ import numpy as np
 from dgr.contracts import REAL_MODEL, Check, Evidence
 from dgr.errors import WorkerRequestError
 from dgr.verify.checks.report import guarded, matching_prefix
+from dgr.verify.checks.session import conformance
 from dgr.verify.models import inventory, prompts, synth
 from dgr.verify.models.env import Env, RealModel
 from dgr.verify.wire import bundle
@@ -287,3 +288,6 @@ def run_model(env: Env, m: RealModel) -> list[Check]:
     for name, fn in MODEL_CHECKS:
         checks += guarded("boundary", f"{name}/{m.name}", REAL_MODEL, partial(fn, env, m))
     return checks
+
+
+GROUP = conformance("boundary", run_fixtures, run_model, needs_baseline=True)

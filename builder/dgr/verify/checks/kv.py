@@ -15,6 +15,7 @@ import numpy as np
 from dgr.contracts import REAL_MODEL, Check
 from dgr.errors import ShardFailedError, WorkerRequestError
 from dgr.verify.checks.report import guarded, matching_prefix
+from dgr.verify.checks.session import conformance
 from dgr.verify.models import inventory, prompts, synth
 from dgr.verify.models.env import Env, RealModel
 from dgr.verify.wire.client import Context, Worker
@@ -370,3 +371,6 @@ def run_model(env: Env, m: RealModel) -> list[Check]:
     for name, fn in CHECKS + (DEFAULT_MODEL_CHECKS if m.name == env.default.name else ()):
         checks += guarded("kv", f"{name}/{m.name}", REAL_MODEL, partial(fn, env, m))
     return checks
+
+
+GROUP = conformance("kv", run_fixtures, run_model)

@@ -11,6 +11,7 @@ from pathlib import Path
 from dgr.contracts import NATIVE, Check
 from dgr.core import proc
 from dgr.errors import DgrError
+from dgr.verify.checks.session import GroupSpec, Session
 
 # CTest keeps only the first 1 KiB of a passing test's output unless told otherwise; the tables of the tests
 # are read from it (the archs group)
@@ -20,19 +21,19 @@ _NON_XML_ESC = re.compile(r"\[NON-XML-CHAR-0x1B\]")
 
 
 @dataclass(frozen=True)
-class Result:
+class TestRun:
     checks: list[Check]
     outputs: dict[str, str] = field(default_factory=dict)
     """The output of every test, by name."""
 
 
-def _failed(name: str, figures: dict[str, object], detail: str) -> Result:
-    return Result(
+def _failed(name: str, figures: dict[str, object], detail: str) -> TestRun:
+    return TestRun(
         [Check(group="native", name=name, evidence=NATIVE, passed=False, figures=figures, detail=detail)]
     )
 
 
-def run(ctest: Path, build_dir: Path) -> Result:
+def run(ctest: Path, build_dir: Path) -> TestRun:
     """Run every test of build_dir/CTestTestfile.cmake; one Check per test, from CTest's JUnit report."""
     if not (build_dir / "CTestTestfile.cmake").is_file():
         return _failed(
@@ -84,26 +85,12 @@ def run(ctest: Path, build_dir: Path) -> Result:
         )
     if not checks:
         return _failed("ctest", {}, "CTest ran no test")
-    return Result(checks, outputs)
+    return TestRun(checks, outputs)
 
 
-def prefix_check(k: int, patches: list[str], digest: str, result: Result) -> Check:
-    """The first k patches of the series, built on their own, pass their own native tests."""
-    failed = [c.name for c in result.checks if not c.passed]
-    return Check(
-        group="series",
-        name=f"prefix-{k}",
-        evidence=NATIVE,
-        passed=not failed,
-        figures={
-            "patches": patches,
-            "inputs_digest": digest,
-            "tests": {c.name: c.passed for c in result.checks},
-        },
-        detail=("builds; registers no native test of its own" if not result.checks else "")
-        if not failed
-        else "failing: "
-        + ", ".join(failed)
-        + "\n"
-        + "\n".join(c.detail for c in result.checks if not c.passed),
-    )
+def _verify(session: Session) -> list[Check]:
+    session.native_ran = run(session.ctest, session.patched.path)
+    return session.native_ran.checks
+
+
+GROUP = GroupSpec(_verify)

@@ -12,6 +12,7 @@ import numpy as np
 from dgr.contracts import REAL_MODEL, SYNTHETIC, Check, Evidence
 from dgr.errors import WorkerRequestError
 from dgr.verify.checks.report import guarded
+from dgr.verify.checks.session import conformance
 from dgr.verify.models import inventory, synth
 from dgr.verify.models.env import Env, RealModel
 from dgr.verify.wire.client import Context, Worker
@@ -314,3 +315,6 @@ def run_model(env: Env, m: RealModel) -> list[Check]:
         "ownership", f"invalid-ranges/{m.name}", REAL_MODEL, partial(check_invalid_ranges, env, m)
     )
     return checks
+
+
+GROUP = conformance("ownership", run_fixtures, run_model)

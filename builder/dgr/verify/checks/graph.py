@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from dgr.contracts import SYNTHETIC, Check
-from dgr.core import proc
+from dgr.core import log, proc
 from dgr.errors import VerifyError
+from dgr.verify.checks.session import GroupSpec, Session
 
 PROGRAM = "layer-graphs"
 SHAPES = ("pp", "pp-last", "tg")
@@ -391,3 +392,16 @@ def checks(patched: Run, baseline: Run) -> list[Check]:
         )
     )
     return out
+
+
+def _verify(session: Session) -> list[Check]:
+    """The compute graph of every architecture of upstream's random-model generator, from the patched build
+    and from the baseline: one check per architecture variant, equal or not."""
+    with log.step(f"graphs of the patched build ({PROGRAM})"):
+        ours = run(session.patched.path / "bin" / PROGRAM)
+    with log.step(f"graphs of the baseline ({PROGRAM})"):
+        theirs = run(session.upstream_build().path / "bin" / PROGRAM)
+    return checks(ours, theirs)
+
+
+GROUP = GroupSpec(_verify, needs_baseline=True)
