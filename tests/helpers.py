@@ -174,9 +174,9 @@ def make_repo(path: Path, upstream: FakeUpstream, patches: dict[str, str]) -> Pa
 
 def write_manifest(repo: Path) -> None:
     from dgr.core.paths import Repo
-    from dgr.series import manifest
+    from dgr.series import patchmanifest
 
-    manifest.write(Repo(repo), manifest.compute(Repo(repo)))
+    patchmanifest.write(Repo(repo), patchmanifest.compute(Repo(repo)))
 
 
 def flip_byte(path: Path, offset: int = -2) -> None:

@@ -172,3 +172,14 @@ def test_installed_distribution_has_one_top_level_name(tmp_path: Path) -> None:
         [sys.executable, "-m", "dgr", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert helped.returncode == 0 and helped.stdout.startswith("usage: dgr ")
+
+
+def test_every_class_name_is_unique() -> None:
+    """One name, one class: no two `Context`s, no bare `Result`."""
+    seen: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                seen.setdefault(node.name, []).append(name)
+    assert {k: v for k, v in seen.items() if len(v) > 1} == {}
+    assert "Result" not in seen and seen["Context"] == ["dgr.core.paths"]

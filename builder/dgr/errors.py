@@ -45,6 +45,19 @@ class DgrError(Exception):
         return "\n".join(lines)
 
 
+class BenchError(DgrError):
+    """A measurement of `dgr bench` failed: layer-bench, the fuzz harness (or the crash it found),
+    llama-perplexity, llama-bench or the RPC run (exit 1: a domain of its own, of no family below)."""
+
+    label = "bench"
+
+
+class GitError(DgrError):
+    """A git command failed (exit 1: a domain of its own, of no family below)."""
+
+    label = "git"
+
+
 class UsageError(DgrError):
     """Bad command line or a request that does not make sense in this state (exit 2)."""
 

@@ -17,8 +17,8 @@ from dgr.contracts import BenchModel, BenchResult, Comparison, MemoryRow, Rpc, S
 from dgr.core import log
 from dgr.core.fs import writable_dir, write_atomic
 from dgr.core.paths import Context
-from dgr.errors import EXIT_OK, DgrError, UsageError
-from dgr.export import package
+from dgr.errors import EXIT_OK, BenchError, UsageError
+from dgr.export import upstream_package
 from dgr.git import gitops
 from dgr.sources import model, upstream
 from dgr.verify.bench import codec, fuzz, machine, memory, model_bench, quality, rpc, split
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         print(report_text(result) + upstream_text(extra))
     log.info(f"results: {out_dir / 'bench.json'}" + (f", chart: {png}" if png else ""))
     if fuzzed is not None and fuzzed.get("crashes", 0):
-        raise DgrError("the fuzzer found a crash", detail=str(fuzzed.get("tail", "")))
+        raise BenchError("the fuzzer found a crash", detail=str(fuzzed.get("tail", "")))
     return EXIT_OK
 
 
@@ -115,7 +115,7 @@ def beside_upstream(
     patched = build.run(ctx, buildplan.Request(tools=True))
     baseline = build.run(ctx, buildplan.Request(tools=True, upstream_only=True))
     names = [p.name for p in plan.patches]
-    config = package.load_config(ctx.repo.root / "upstream-package" / "package.toml", names)
+    config = upstream_package.load_config(ctx.repo.root / "upstream-package" / "package.toml", names)
     text_name = config.upstream.perplexity_text
     got = upstream.obtain(ctx.cache, plan.pin, plan.sources)
     dirs = (Path(baseline.manifest.build.build_dir), Path(patched.manifest.build.build_dir))

@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_style and not findings:
         for view in [ctx.repo, *(ctx.repo.for_port(p) for p in ctx.repo.ports())]:
             findings += [
-                lint.Finding(
+                lint.LintFinding(
                     view.rel(view.patches_dir / f.patch) if f.patch else "locks/upstream.toml",
                     "style",
                     f.problem,

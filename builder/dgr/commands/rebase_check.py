@@ -55,8 +55,8 @@ def run_matrix(args: argparse.Namespace) -> int:
     pin_onto = rebase.Onto(
         lock.pin.commit[:12], pin_repo.repo, lock.pin.commit, lock.pin.tree, pin_repo.source, True
     )
-    columns: list[tuple[str, rebase.Report]] = []
-    required: list[rebase.Report] = []
+    columns: list[tuple[str, rebase.RebaseReport]] = []
+    required: list[rebase.RebaseReport] = []
     with ctx.cache.tmpdir("rebase-matrix") as tmp:
         series_patches = apply.verified_series(ctx.repo)
         runs: list[tuple[str, Repo, str | None]] = [("pin " + lock.pin.commit[:7], ctx.repo, None)]
@@ -90,7 +90,7 @@ def run_matrix(args: argparse.Namespace) -> int:
     return EXIT_OK if not failed else ApplyError.exit_code
 
 
-def matrix_table(columns: list[tuple[str, rebase.Report]]) -> str:
+def matrix_table(columns: list[tuple[str, rebase.RebaseReport]]) -> str:
     """A Markdown table: one row per patch name, one column per upstream (or port)."""
     names = list(dict.fromkeys(p.name for _, r in columns for p in r.patches))
     header = "| patch | " + " | ".join(label for label, _ in columns) + " |"

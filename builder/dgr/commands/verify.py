@@ -12,7 +12,7 @@ import sys
 import time
 
 from dgr import locks
-from dgr.builds import build, buildplan, reports
+from dgr.builds import build, buildplan, reportstore
 from dgr.builds.cmake import Toolchain
 from dgr.contracts import GROUPS, Check, Group, Report
 from dgr.core import log
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         durations_s=session.durations,
         checks=tuple(results),
     )
-    path, data = reports.write(ctx.cache, report)
+    path, data = reportstore.write(ctx.cache, report)
     if args.junit:
         write_atomic(args.junit, junit_xml(results))
     print(table(results), file=sys.stderr if args.json else sys.stdout)

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dgr.errors import ApplyError
-from dgr.export import package
+from dgr.export import upstream_package
 from dgr.git import apply, gitops
 from dgr.series import patchfile
 
 
 @dataclass(frozen=True)
-class Series:
+class AppliedSeries:
     """The series applied on the pin: each patch's text, parsed mail and commit, in series order."""
 
     git_dir: Path
@@ -67,7 +67,7 @@ class Stat:
 class Branch:
     """The branch of one pull request: its commits (one per patch, trailers removed) and its bundle."""
 
-    pull: package.Pull
+    pull: upstream_package.Pull
     base: str
     """The pin: the one commit the bundle needs."""
     parent: str
@@ -109,7 +109,9 @@ def scratch_repository(path: Path, borrow: Path) -> Path:
     return path
 
 
-def _mails(series: Series, names: list[str], where: Path, drop: tuple[str, ...]) -> list[apply.PatchRef]:
+def _mails(
+    series: AppliedSeries, names: list[str], where: Path, drop: tuple[str, ...]
+) -> list[apply.PatchRef]:
     """`git format-patch` of the series' commits, each without our trailers, in series order."""
     where.mkdir(parents=True)
     gitops.git(
@@ -179,8 +181,8 @@ def bundle_header(data: bytes) -> tuple[list[str], dict[str, str]]:
 
 
 def make(
-    series: Series,
-    pulls: tuple[package.Pull, ...],
+    series: AppliedSeries,
+    pulls: tuple[upstream_package.Pull, ...],
     drop: tuple[str, ...],
     identity: gitops.Identity,
     tmp: Path,
@@ -224,7 +226,7 @@ def make(
     return branches
 
 
-def check(series: Series, branches: list[Branch], tmp: Path) -> None:
+def check(series: AppliedSeries, branches: list[Branch], tmp: Path) -> None:
     """Fetch every bundle into a fresh repository that has the pin: ApplyError unless it needs exactly the
     pin, names its branch, and gives the tree of the series after its last patch (what `dgr build` builds)."""
     for branch in branches:

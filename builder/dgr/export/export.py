@@ -28,13 +28,13 @@ from typing import Any
 from filelock import FileLock
 
 from dgr import locks
-from dgr.builds import buildplan, reports
+from dgr.builds import buildplan, reportstore
 from dgr.core import log
 from dgr.core.digest import sha256_bytes
 from dgr.core.fs import publish_dir
 from dgr.core.paths import Cache, Context
 from dgr.errors import ConfigError, LintError, UsageError
-from dgr.export import branches, measured, package, render
+from dgr.export import branches, measured, render, upstream_package
 from dgr.git import apply, gitops
 from dgr.series import patchfile
 from dgr.sources import upstream
@@ -81,16 +81,18 @@ def _parse(plan: buildplan.Plan) -> tuple[dict[str, str], dict[str, patchfile.Pa
     return texts, parsed
 
 
-def lint(config: package.Config, series: branches.Series) -> list[package.Finding]:
+def lint(
+    config: upstream_package.Config, series: branches.AppliedSeries
+) -> list[upstream_package.PackageFinding]:
     """Words of ours, whitespace errors and files outside the concern, for every patch."""
-    findings: list[package.Finding] = []
+    findings: list[upstream_package.PackageFinding] = []
     for name, patch in series.patches.items():
         concern = config.concern(name)
         assert concern is not None  # load_config checked it
-        findings += package.deny_findings(name, series.texts[name], config.deny_words)
-        findings += package.whitespace_findings(name, series.git_dir, series.commits[name])
+        findings += upstream_package.deny_findings(name, series.texts[name], config.deny_words)
+        findings += upstream_package.whitespace_findings(name, series.git_dir, series.commits[name])
         touched = sorted({p for f in patch.files for p in (f.path, f.old_path)} - {"/dev/null"})
-        findings += package.path_findings(name, touched, concern)
+        findings += upstream_package.path_findings(name, touched, concern)
     return findings
 
 
@@ -101,7 +103,7 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
     names = [ref.name for ref in plan.patches]
     if not names:
         raise UsageError("the series is empty: there is nothing to send upstream")
-    config = package.load_config(repo.root / PACKAGE_DIR / CONFIG_FILE, names)
+    config = upstream_package.load_config(repo.root / PACKAGE_DIR / CONFIG_FILE, names)
     env = render.environment(repo.root / PACKAGE_DIR / render.TEMPLATES_DIR)
     texts, parsed = _parse(plan)
     pin = plan.pin
@@ -110,7 +112,7 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
     identity = gitops.Identity.from_locks(plan.toolchain_lock, pin)
     with ctx.cache.tmpdir("export-upstream") as tmp:
         applied = apply.apply_series(got.repo, pin.commit, list(plan.patches), identity, tmp / "series")
-        series = branches.Series(
+        series = branches.AppliedSeries(
             got.repo, pin.commit, applied.commit, applied.tree, texts, parsed, dict(applied.commits)
         )
         with log.step(f"lint {len(names)} patch(es): words of ours, git diff --check, declared paths"):
@@ -123,7 +125,7 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
                 hint="repair the patch (`dgr edit`, then `dgr export-patches`), or fix the concern's "
                 f"paths in {PACKAGE_DIR}/{CONFIG_FILE}",
             )
-        report = reports.load_passing(ctx.cache, plan.digest, render.VERIFY_HINT)
+        report = reportstore.load_passing(ctx.cache, plan.digest, render.VERIFY_HINT)
         bench_path = bench or ctx.cache.root / "bench" / "bench.json"
         result = measured.load(bench_path, plan.digest)
         with log.step(f"make {len(config.pulls)} branch(es) and their bundles"):
@@ -151,12 +153,12 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
             documents = render.render_all(env, context)
         problems = render.kept_verbatim(documents, context, config.upstream.kept_section)
         for name, text in documents.items():
-            problems += package.scan_package(name, text, config.deny_words)
+            problems += upstream_package.scan_package(name, text, config.deny_words)
             posted = name == "DISCUSSION.md" or (name.startswith("PR-") and name.endswith(".md"))
             if posted and len(text) > GITHUB_BODY_MAX:
                 problems.append(f"{name}: {len(text)} characters, GitHub takes at most {GITHUB_BODY_MAX}")
         for b in made:
-            problems += package.scan_package(
+            problems += upstream_package.scan_package(
                 f"{b.pull.branch} (branch name)", b.pull.branch, config.deny_words
             )
         if problems:

@@ -24,11 +24,11 @@ import jinja2
 
 from dgr import locks
 from dgr.builds import buildplan
-from dgr.builds.reports import Stored
+from dgr.builds.reportstore import Stored
 from dgr.contracts import REAL_MODEL, Check
 from dgr.errors import ConfigError, VerifyError
-from dgr.export import apisurface, package
-from dgr.export.branches import Branch, Series, Stat
+from dgr.export import apisurface, upstream_package
+from dgr.export.branches import AppliedSeries, Branch, Stat
 from dgr.export.figures import cell, fmt
 from dgr.export.measured import Measured
 from dgr.git import gitops
@@ -125,7 +125,7 @@ class UpstreamFiles:
     perplexity_text_sha256: str
 
 
-def read_upstream(git_dir: Any, commit: str, config: package.Upstream) -> UpstreamFiles:
+def read_upstream(git_dir: Any, commit: str, config: upstream_package.UpstreamConventions) -> UpstreamFiles:
     """Upstream's pull request template, CI command and perplexity text at `commit`; ConfigError when one is
     missing or the template lacks a section the package needs."""
 
@@ -191,11 +191,11 @@ def _file_groups(files: Sequence[str]) -> list[str]:
     return out
 
 
-def _api(series: Series, name: str, config: package.Config) -> list[dict[str, Any]]:
+def _api(series: AppliedSeries, name: str, config: upstream_package.Config) -> list[dict[str, Any]]:
     """The public declarations patch `name` adds, per header, with what they do to the ABI."""
     headers = []
     for header, added in sorted(apisurface.added_lines(series.texts[name]).items()):
-        if not any(package.glob_match(g, header) for g in config.api_headers):
+        if not any(upstream_package.glob_match(g, header) for g in config.api_headers):
             continue
         post = gitops.file_at(series.git_dir, series.commits[name], header)
         items = apisurface.surface(header, added, post)
@@ -222,7 +222,7 @@ ARCH_STATUSES = ("certified", "refused", "no-model", "failed", "crashed")
 _REFUSAL_LITERAL = re.compile(r'"[^"\\]*?(the architecture %s does not support layer ranges)[^"\\]*"')
 
 
-def refusal_message(series: Series) -> str | None:
+def refusal_message(series: AppliedSeries) -> str | None:
     """The message a range is refused with at load by an architecture that has not opted in, as a C string
     literal the series adds holds it (`%s`: the architecture's name), or None when no patch adds one."""
     for patch in series.patches.values():
@@ -388,7 +388,7 @@ def _wheels(model: locks.ModelLock) -> list[dict[str, str]]:
     ]
 
 
-def line_counts(stat: Stat, config: package.Config) -> dict[str, int]:
+def line_counts(stat: Stat, config: upstream_package.Config) -> dict[str, int]:
     """The files a diff touches and its changed lines (added + removed) by kind: hand-written core, tests,
     mechanical (`config.line_kind`), from `git diff --numstat`."""
     counts = {"files": stat.files, "core": 0, "tests": 0, "mechanical": 0}
@@ -408,9 +408,9 @@ def _cmake_options(toolchain: locks.ToolchainLock) -> list[str]:
 
 
 def context(
-    config: package.Config,
+    config: upstream_package.Config,
     plan: buildplan.Plan,
-    series: Series,
+    series: AppliedSeries,
     branches: list[Branch],
     stored: Stored,
     measured: Measured,
@@ -542,8 +542,8 @@ def context(
         "all_ctest_regex": last["ctest_regex"],
         "sections": files.sections,
         "ci_commands": files.ci_commands,
-        "submitter_begin": package.SUBMITTER_BEGIN,
-        "submitter_end": package.SUBMITTER_END,
+        "submitter_begin": upstream_package.SUBMITTER_BEGIN,
+        "submitter_end": upstream_package.SUBMITTER_END,
         "archs": _archs(report.checks, refusal_message(series)),
         "graphs": _graphs(report.checks),
         "archs_test": next((t for t in all_tests if "archs" in t), None),

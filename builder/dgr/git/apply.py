@@ -13,7 +13,7 @@ from dgr.core.paths import Repo
 from dgr.errors import ApplyError
 from dgr.git import gitops
 from dgr.git.gitops import Identity
-from dgr.series import manifest, patchfile
+from dgr.series import patchfile, patchmanifest
 
 EDIT_HINT = (
     "run `dgr edit`, repair the commit of this patch there (`git am --3way` / rebase), "
@@ -39,7 +39,7 @@ class PatchRef:
 
 def verified_series(repo: Repo) -> list[PatchRef]:
     """The series in order, after checking it and every patch against locks/patches.toml."""
-    verified = manifest.verify(repo)
+    verified = patchmanifest.verify(repo)
     return [PatchRef(name, repo.patches_dir / name, digest) for name, digest in verified.patches.items()]
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import git as gitpython
 
 from dgr.core import log, proc
-from dgr.errors import DgrError
+from dgr.errors import DgrError, GitError
 from dgr.locks import Pin, ToolchainLock
 
 BASE_ENV = {
@@ -63,7 +63,7 @@ def git(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     check: bool = True,
-    error: type[DgrError] = DgrError,
+    error: type[DgrError] = GitError,
     what: str | None = None,
     hint: str | None = None,
 ) -> GitRun:

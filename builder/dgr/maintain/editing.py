@@ -26,8 +26,8 @@ from dgr.core.paths import Repo
 from dgr.errors import ApplyError, UsageError
 from dgr.git import apply, gitops
 from dgr.locks import PatchManifest
-from dgr.series import manifest, patchfile
 from dgr.series import order as series
+from dgr.series import patchfile, patchmanifest
 
 BASE_REF = "refs/patches/upstream-head"
 BRANCH = "patches"
@@ -214,7 +214,7 @@ def export(repo: Repo, edit_dir: Path) -> Export:
         result.series_text = series.render(old.header, names).encode()
     result.removed = [name for name in old.names if name not in result.patches]
     digests = {name: sha256_bytes(data) for name, data in result.patches.items()}
-    result.manifest_text = manifest.serialize(PatchManifest(sha256_bytes(result.series_text), digests))
+    result.manifest_text = patchmanifest.serialize(PatchManifest(sha256_bytes(result.series_text), digests))
     if not commits:
         log.warn(f"{edit_dir} has no commits on top of {BASE_REF}: the series becomes empty")
     return result

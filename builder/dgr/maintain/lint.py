@@ -11,8 +11,8 @@ from typing import Literal
 from dgr.core.digest import sha256_bytes, sha256_file
 from dgr.core.paths import Repo
 from dgr.locks import LOCK_FILES, PatchManifest, load_manifest_file, problems_in
-from dgr.series import manifest, patchfile
 from dgr.series import order as series
+from dgr.series import patchfile, patchmanifest
 
 SUBJECT_MAX = 72
 BODY_MIN_WORDS = 20
@@ -27,7 +27,7 @@ FindingKind = Literal["lock", "missing", "unused", "duplicate", "unparsable", "d
 
 
 @dataclass(frozen=True)
-class Finding:
+class LintFinding:
     file: str
     kind: FindingKind
     problem: str
@@ -40,21 +40,21 @@ class Finding:
         return f"{self.file}: {self.kind}: {self.problem}\n    hint: {self.hint}"
 
 
-def check(repo: Repo) -> list[Finding]:
+def check(repo: Repo) -> list[LintFinding]:
     """All findings, for the series and every port; raises ConfigError (exit 8) when a series or a lock
     cannot be read."""
-    findings: list[Finding] = []
+    findings: list[LintFinding] = []
     for view in [repo, *(repo.for_port(p) for p in repo.ports())]:
         findings += _check_series(view)
     for name, (filename, parse) in LOCK_FILES.items():
         findings += [
-            Finding(f"locks/{filename}", "lock", problem, f"fix locks/{filename} (the {name} lock)")
+            LintFinding(f"locks/{filename}", "lock", problem, f"fix locks/{filename} (the {name} lock)")
             for problem in problems_in(repo.locks_dir / filename, parse)
         ]
     return findings
 
 
-def _check_series(repo: Repo) -> list[Finding]:
+def _check_series(repo: Repo) -> list[LintFinding]:
     order = series.load(repo.series_file)
     findings = _series_findings(repo, order)
     findings += _manifest_findings(repo, order)
@@ -77,13 +77,13 @@ def _patch_files(repo: Repo) -> list[str]:
     )
 
 
-def _series_findings(repo: Repo, order: series.Series) -> list[Finding]:
-    findings: list[Finding] = []
+def _series_findings(repo: Repo, order: series.OrderFile) -> list[LintFinding]:
+    findings: list[LintFinding] = []
     counts = Counter(order.names)
     for entry in order.entries:
         if not (repo.patches_dir / entry.name).is_file():
             findings.append(
-                Finding(
+                LintFinding(
                     f"{repo.rel(repo.series_file)}:{entry.line}",
                     "missing",
                     f"names {entry.name}, which is not in {repo.rel(repo.patches_dir)}/",
@@ -94,7 +94,7 @@ def _series_findings(repo: Repo, order: series.Series) -> list[Finding]:
         if count > 1:
             lines = ", ".join(str(e.line) for e in order.entries if e.name == name)
             findings.append(
-                Finding(
+                LintFinding(
                     repo.rel(repo.series_file),
                     "duplicate",
                     f"{name} is named {count} times (lines {lines})",
@@ -104,7 +104,7 @@ def _series_findings(repo: Repo, order: series.Series) -> list[Finding]:
     for name in _patch_files(repo):
         if name not in counts:
             findings.append(
-                Finding(
+                LintFinding(
                     f"{repo.rel(repo.patches_dir)}/{name}",
                     "unused",
                     f"not named in {repo.rel(repo.series_file)}",
@@ -114,7 +114,7 @@ def _series_findings(repo: Repo, order: series.Series) -> list[Finding]:
     return findings
 
 
-def _manifest_findings(repo: Repo, order: series.Series) -> list[Finding]:
+def _manifest_findings(repo: Repo, order: series.OrderFile) -> list[LintFinding]:
     locked = load_manifest_file(repo.manifest_file)
     patches = {
         name: sha256_file(repo.patches_dir / name)
@@ -123,18 +123,18 @@ def _manifest_findings(repo: Repo, order: series.Series) -> list[Finding]:
     }
     actual = PatchManifest(sha256_bytes(repo.series_file.read_bytes()), patches)
     return [
-        Finding(
+        LintFinding(
             m.file,
             "digest",
             _describe(m, repo.rel(repo.manifest_file)),
-            manifest.REFRESH_HINT.format(file=m.file),
+            patchmanifest.REFRESH_HINT.format(file=m.file),
         )
-        for m in manifest.compare(locked, actual, repo)
+        for m in patchmanifest.compare(locked, actual, repo)
         if not (m.actual is None and m.file.removeprefix(f"{repo.rel(repo.patches_dir)}/") in order.names)
     ]
 
 
-def _describe(m: manifest.Mismatch, manifest_file: str) -> str:
+def _describe(m: patchmanifest.Mismatch, manifest_file: str) -> str:
     if m.actual is None:
         return f"listed in {manifest_file} (sha256 {m.expected}) but the file is gone or not in the series"
     if m.expected is None:
@@ -142,25 +142,25 @@ def _describe(m: manifest.Mismatch, manifest_file: str) -> str:
     return f"digest mismatch: {manifest_file} says {m.expected}, the file has {m.actual}"
 
 
-def lint_patch(path: Path, label: str) -> list[Finding]:
+def lint_patch(path: Path, label: str) -> list[LintFinding]:
     """Parse one patch and lint its message: subject, a why-body, an Upstream-Status trailer."""
     try:
         patch = patchfile.load(path)
     except patchfile.PatchParseError as exc:
         return [
-            Finding(
+            LintFinding(
                 label,
                 "unparsable",
                 f"not a git format-patch mail: {exc}",
                 "regenerate it with `dgr export-patches`",
             )
         ]
-    findings: list[Finding] = []
+    findings: list[LintFinding] = []
     if not patch.subject:
-        findings.append(Finding(label, "message", "empty subject", "write a one-line summary"))
+        findings.append(LintFinding(label, "message", "empty subject", "write a one-line summary"))
     elif len(patch.subject) > SUBJECT_MAX:
         findings.append(
-            Finding(
+            LintFinding(
                 label,
                 "message",
                 f"subject is {len(patch.subject)} characters (max {SUBJECT_MAX}): {patch.subject!r}",
@@ -170,7 +170,7 @@ def lint_patch(path: Path, label: str) -> list[Finding]:
     words = len(patch.body.split())
     if words < BODY_MIN_WORDS:
         findings.append(
-            Finding(
+            LintFinding(
                 label,
                 "message",
                 f"the body has {words} word(s) before the trailers; it must say why the patch exists "
@@ -180,9 +180,9 @@ def lint_patch(path: Path, label: str) -> list[Finding]:
         )
     statuses = patch.trailer("Upstream-Status")
     if not statuses:
-        findings.append(Finding(label, "message", "no Upstream-Status trailer", STATUS_HINT))
+        findings.append(LintFinding(label, "message", "no Upstream-Status trailer", STATUS_HINT))
     findings.extend(
-        Finding(label, "message", f"Upstream-Status {status!r} is not a known status", STATUS_HINT)
+        LintFinding(label, "message", f"Upstream-Status {status!r} is not a known status", STATUS_HINT)
         for status in statuses
         if not UPSTREAM_STATUS.match(status)
     )

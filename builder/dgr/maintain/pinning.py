@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dgr import locks
-from dgr.builds import buildplan, reports
+from dgr.builds import buildplan, reportstore
 from dgr.core import log
 from dgr.core.digest import sha256_bytes
 from dgr.core.fs import prune_empty_dirs, write_all_atomic
@@ -32,8 +32,8 @@ from dgr.errors import ApplyError, UsageError
 from dgr.git import apply, gitops
 from dgr.locks import Pin, RebaseTarget, SdistRef, Source, UpstreamLock
 from dgr.maintain import editing, rebase
-from dgr.series import manifest
 from dgr.series import order as series
+from dgr.series import patchmanifest
 from dgr.sources import upstream
 
 
@@ -61,7 +61,7 @@ class Change:
         data = {staged.patches_dir / name: text for name, text in self.patches.items()}
         data[staged.series_file] = self.series
         digests = {name: sha256_bytes(text) for name, text in self.patches.items()}
-        data[staged.manifest_file] = manifest.serialize(
+        data[staged.manifest_file] = patchmanifest.serialize(
             locks.PatchManifest(sha256_bytes(self.series), digests), staged
         )
         data[staged.locks_dir / "upstream.toml"] = locks.dumps(self.lock.to_toml())
@@ -200,7 +200,7 @@ def move(ctx: Context, spec: str, mirror: Path | None = None) -> Change:
         moved, notes = new_lock(lock, target)
         change = Change(moved, series, patches, notes=notes)
         digest = _staged_digest(ctx, change, tmp)
-        reports.load_passing(ctx.cache, digest, hint=_report_hint(ctx, lock, target, change))
+        reportstore.load_passing(ctx.cache, digest, hint=_report_hint(ctx, lock, target, change))
         _keep_upstream(ctx.cache, target)
     change.removes = _removes(ctx.repo, change, target.port)
     write_all_atomic(change.files(ctx.repo), change.removes)

@@ -140,7 +140,7 @@ class PatchReport:
 
 
 @dataclass
-class Report:
+class RebaseReport:
     onto: Onto
     base: Pin
     patches: list[PatchReport]
@@ -180,7 +180,7 @@ def check(
     patches: list[apply.PatchRef],
     identity: gitops.Identity,
     where: Path,
-) -> Report:
+) -> RebaseReport:
     """Apply each patch onto `onto` in order, reporting every one (a conflicting patch is skipped)."""
     reports: list[PatchReport] = []
     with apply.temp_worktree(scratch, onto.commit, where) as worktree:
@@ -197,4 +197,4 @@ def check(
             rejections = apply.diagnose(worktree, patch.path)
             files = apply.conflicted_files(output) or [r.file for r in rejections]
             reports.append(PatchReport(patch.name, subject, "conflict", failed_before, files, rejections))
-    return Report(onto, base, reports)
+    return RebaseReport(onto, base, reports)

@@ -18,7 +18,7 @@ class Entry:
 
 
 @dataclass(frozen=True)
-class Series:
+class OrderFile:
     path: Path
     entries: tuple[Entry, ...]
     header: tuple[str, ...]
@@ -29,7 +29,7 @@ class Series:
         return [e.name for e in self.entries]
 
 
-def parse(text: str, path: Path) -> Series:
+def parse(text: str, path: Path) -> OrderFile:
     """Parse the order file; anything but names, comments and blank lines is a ConfigError."""
     entries: list[Entry] = []
     header: list[str] = []
@@ -50,10 +50,10 @@ def parse(text: str, path: Path) -> Series:
             detail="\n".join(bad),
             hint="each line is a file name relative to patches/, a `#` comment, or blank",
         )
-    return Series(path, tuple(entries), tuple(header))
+    return OrderFile(path, tuple(entries), tuple(header))
 
 
-def load(path: Path) -> Series:
+def load(path: Path) -> OrderFile:
     try:
         return parse(path.read_text(), path)
     except FileNotFoundError as exc:

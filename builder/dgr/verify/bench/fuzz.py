@@ -11,7 +11,7 @@ import numpy as np
 
 from dgr.core import proc
 from dgr.core.paths import Context
-from dgr.errors import BuildError
+from dgr.errors import BenchError
 from dgr.verify.wire import bundle, frames
 
 
@@ -40,7 +40,7 @@ def run(ctx: Context, source_dir: Path, runs: int) -> dict[str, int | float | st
             "-o",
             binary,
         ],
-        error=BuildError,
+        error=BenchError,
         what="cannot build the fuzz harness",
     )
     corpus = work / "corpus"

@@ -8,7 +8,7 @@ from pathlib import Path
 from dgr.contracts import MemoryRow
 from dgr.core import log
 from dgr.verify.models import inventory, prompts
-from dgr.verify.wire.client import Context, Worker
+from dgr.verify.wire.client import ContextParams, Worker
 
 
 def table_ranges(n_layer: int, quick: bool = False) -> list[tuple[int, int]]:
@@ -35,7 +35,9 @@ def measure(
     measured: list[tuple[int, int, int, int, int, int]] = []
     for begin, end in ranges:
         with Worker(worker, f"mem[{begin},{end})") as w:
-            rep = w.load(model_path, (begin, end), mmap=False, context=Context(n_ctx=ctx, max_sessions=1))
+            rep = w.load(
+                model_path, (begin, end), mmap=False, context=ContextParams(n_ctx=ctx, max_sessions=1)
+            )
             tokens = w.request("tokenize", text=prompts.LONG).header["tokens"][:64] if begin == 0 else None
             if tokens is not None:
                 w.request("decode", tokens=tokens, session="m", epoch=1, pos=0, n_tokens=len(tokens))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr.core import log, proc
-from dgr.errors import DgrError
+from dgr.errors import BenchError
 
 PERPLEXITY_ARGS = ("-c", "512", "--chunks", "8")
 BENCH_ARGS = ("-p", "512", "-n", "128", "-r", "3")
@@ -37,14 +37,14 @@ def tool_env(bin_dir: Path, tool: str, build_dir: Path | None) -> dict[str, str]
     impl = f"lib{tool}-impl.so"
     binary = bin_dir / tool
     if not binary.is_file():
-        raise DgrError(f"{binary} is missing", hint="build it with `dgr build --tools`")
+        raise BenchError(f"{binary} is missing", hint="build it with `dgr build --tools`")
     needs = impl.encode() in binary.read_bytes()
     if not needs or (bin_dir / impl).is_file():
         return {}
     if build_dir is not None and (build_dir / "bin" / impl).is_file():
         log.warn(f"{bin_dir} lacks {impl}: running {tool} with the libraries of {build_dir / 'bin'}")
         return {"LD_LIBRARY_PATH": str(build_dir / "bin")}
-    raise DgrError(f"{bin_dir} lacks {impl}, which {tool} needs", hint="rebuild with `dgr build --tools`")
+    raise BenchError(f"{bin_dir} lacks {impl}, which {tool} needs", hint="rebuild with `dgr build --tools`")
 
 
 def perplexity_of(output: str) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def perplexity_of(output: str) -> dict[str, Any]:
     chunks = _CHUNK.findall(lines[-1]) if lines else []
     if final is None or not chunks:
         what = "no final estimate" if final is None else "no per-chunk values"
-        raise DgrError(f"llama-perplexity printed {what}", detail=output[-2000:])
+        raise BenchError(f"llama-perplexity printed {what}", detail=output[-2000:])
     return {
         "final": float(final.group(1)),
         "error": float(final.group(2)),
@@ -64,7 +64,7 @@ def perplexity_of(output: str) -> dict[str, Any]:
 
 
 def _run(cmd: list[str | Path], env: dict[str, str], what: str) -> str:
-    result = proc.run(cmd, env=env, error=DgrError, what=what)
+    result = proc.run(cmd, env=env, error=BenchError, what=what)
     return result.stdout + result.stderr
 
 
@@ -73,7 +73,7 @@ def bench_of(output: str) -> dict[str, float]:
     try:
         rows = json.loads(output[output.index("[") :])
     except ValueError as exc:
-        raise DgrError("llama-bench printed no JSON", detail=output[-2000:]) from exc
+        raise BenchError("llama-bench printed no JSON", detail=output[-2000:]) from exc
     out: dict[str, float] = {}
     for row in rows:
         n_prompt, n_gen = int(row["n_prompt"]), int(row["n_gen"])

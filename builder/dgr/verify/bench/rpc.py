@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dgr.core import proc
-from dgr.errors import DgrError
+from dgr.errors import BenchError
 from dgr.verify.bench.quality import tool_env
 from dgr.verify.models import inventory, prompts
 from dgr.verify.wire import frames
@@ -60,7 +60,7 @@ def loopback_bytes() -> int:
         name, _, counters = line.partition(":")
         if name.strip() == "lo":
             return int(counters.split()[0])
-    raise DgrError("/proc/net/dev has no loopback interface (lo)")
+    raise BenchError("/proc/net/dev has no loopback interface (lo)")
 
 
 def peak_rss(pid: int) -> int:
@@ -68,7 +68,7 @@ def peak_rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
-    raise DgrError(f"/proc/{pid}/status has no VmHWM")
+    raise BenchError(f"/proc/{pid}/status has no VmHWM")
 
 
 def _frame_size(header: dict[str, Any], body: bytes) -> int:
@@ -129,13 +129,13 @@ def _wait_listening(port: int, server: subprocess.Popen[bytes], deadline_s: floa
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         if server.poll() is not None:
-            raise DgrError(f"{SERVER} on port {port} exited with {server.returncode} before it listened")
+            raise BenchError(f"{SERVER} on port {port} exited with {server.returncode} before it listened")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.1)
-    raise DgrError(f"{SERVER} on port {port} did not listen within {deadline_s:.0f} s")
+    raise BenchError(f"{SERVER} on port {port} did not listen within {deadline_s:.0f} s")
 
 
 def _perf(stderr: str, what: str) -> float:
@@ -144,7 +144,7 @@ def _perf(stderr: str, what: str) -> float:
     for text in stderr.splitlines():
         if match := line.search(text):
             return float(match.group(1))
-    raise DgrError(f"{HEAD} printed no `{what} time` line", detail=stderr[-2000:])
+    raise BenchError(f"{HEAD} printed no `{what} time` line", detail=stderr[-2000:])
 
 
 def _rpc_run(
@@ -194,7 +194,7 @@ def _rpc_run(
             ready, _, _ = select.select([fd], [], [], 600)
             if not ready:
                 head.kill()
-                raise DgrError(f"{HEAD} over RPC produced nothing for 600 s")
+                raise BenchError(f"{HEAD} over RPC produced nothing for 600 s")
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 break
@@ -207,7 +207,7 @@ def _rpc_run(
         head_err.seek(0)
         stderr = head_err.read().decode(errors="replace")
         if head.returncode != 0 or first_s is None or first_bytes is None:
-            raise DgrError(
+            raise BenchError(
                 f"{HEAD} over {n_servers} RPC server(s) failed (exit code {head.returncode})",
                 detail=stderr[-3000:],
             )

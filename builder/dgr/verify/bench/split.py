@@ -12,7 +12,7 @@ from typing import Any
 
 from dgr.contracts import Speed, SplitCost
 from dgr.core import proc
-from dgr.errors import BuildError
+from dgr.errors import BenchError
 from dgr.verify.models import inventory, prompts
 from dgr.verify.wire.client import OMP_ENV
 from dgr.verify.wire.pipeline import Pipeline
@@ -37,7 +37,7 @@ def context_needed(quick: bool) -> int:
 
 
 def run_json(cmd: list[str | Path], env: dict[str, str]) -> Any:
-    result = proc.run(cmd, env=env, error=BuildError, what=f"{Path(str(cmd[0])).name} failed")
+    result = proc.run(cmd, env=env, error=BenchError, what=f"{Path(str(cmd[0])).name} failed")
     return json.loads(result.stdout)
 
 

@@ -235,7 +235,7 @@ def _at(seq: Sequence[str], i: int) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Comparison:
+class GraphComparison:
     """One variant in both trees."""
 
     name: str
@@ -328,11 +328,11 @@ class Comparison:
         return "; ".join(problems)
 
 
-def compare(patched: Run, baseline: Run) -> list[Comparison]:
+def compare(patched: Run, baseline: Run) -> list[GraphComparison]:
     """Every variant of either tree, in the patched tree's order, then the baseline's others."""
     names = list(dict.fromkeys([*patched.listed, *baseline.listed]))
     return [
-        Comparison(
+        GraphComparison(
             name=n,
             patched=_variant(patched, n),
             baseline=_variant(baseline, n),

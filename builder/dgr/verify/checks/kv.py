@@ -18,7 +18,7 @@ from dgr.verify.checks.report import guarded, matching_prefix
 from dgr.verify.checks.session import conformance
 from dgr.verify.models import inventory, prompts, synth
 from dgr.verify.models.env import Env, RealModel
-from dgr.verify.wire.client import Context, Worker
+from dgr.verify.wire.client import ContextParams, Worker
 from dgr.verify.wire.pipeline import Pipeline
 
 GEN_TOKENS = 64
@@ -61,7 +61,7 @@ def check_interleaved_sessions(env: Env, m: RealModel) -> Check:
     )
 
 
-KV_CONTEXT = Context(n_ctx=4096, max_sessions=1)
+KV_CONTEXT = ContextParams(n_ctx=4096, max_sessions=1)
 """The context of the KV bytes check: one session of 4096 cells. A model with sliding-window layers (Gemma 3)
 has two caches, one for those layers and one for its full-attention layers; the worker keeps llama.cpp's
 default `swa_full = true`, so both hold n_ctx cells per layer. With `swa_full = false` the sliding-window

@@ -15,7 +15,7 @@ from dgr.verify.checks.report import guarded
 from dgr.verify.checks.session import conformance
 from dgr.verify.models import inventory, synth
 from dgr.verify.models.env import Env, RealModel
-from dgr.verify.wire.client import Context, Worker
+from dgr.verify.wire.client import ContextParams, Worker
 
 # the largest deviation allowed between the model buffers a shard allocates and the bytes of its tensors
 BUFFER_TOLERANCE = 0.01
@@ -259,7 +259,7 @@ def check_refused_range(env: Env) -> Check:
     n_layer = synth.BITNET.n_layer
     problems: list[str] = []
     messages: dict[str, str] = {}
-    context = Context(n_ctx=64, max_sessions=1, threads=env.threads)
+    context = ContextParams(n_ctx=64, max_sessions=1, threads=env.threads)
     with Worker(env.worker, "refused-range") as w:
         whole = w.load(path, (0, n_layer), context=context)
         if whole["n_tensors"] != len(inventory.read(path).tensors):

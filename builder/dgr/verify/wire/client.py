@@ -24,7 +24,7 @@ OMP_ENV = {"OMP_WAIT_POLICY": "active", "GOMP_SPINCOUNT": "1000"}
 
 
 @dataclass(frozen=True, kw_only=True)
-class Context:
+class ContextParams:
     """The context a worker creates at `load`: `n_ctx` cells shared by `max_sessions` sessions (each gets
     n_ctx / max_sessions), batches of at most `n_batch` tokens."""
 
@@ -156,7 +156,7 @@ class Worker:
         layers: tuple[int, int] = (0, -1),
         *,
         mmap: bool = True,
-        context: Context | None = None,
+        context: ContextParams | None = None,
     ) -> dict[str, Any]:
         """Load the layer range `layers` of `model` (end -1: the last layer) and, with `context`, a context
         for sessions; the reply: what the range holds (ownership), with the context's `n_ctx`, `n_batch`

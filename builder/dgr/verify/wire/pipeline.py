@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from dgr.errors import ShardFailedError, WorkerDiedError, WorkerRequestError
-from dgr.verify.wire.client import Context, Worker
+from dgr.verify.wire.client import ContextParams, Worker
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Pipeline:
         n_ctx: int = 1024,
         type_k: str = "f16",
     ) -> None:
-        context = Context(n_ctx=n_ctx, threads=threads, max_sessions=max_sessions, type_k=type_k)
+        context = ContextParams(n_ctx=n_ctx, threads=threads, max_sessions=max_sessions, type_k=type_k)
         self.split = split
         self.workers: list[Worker] = []
         self.info: list[dict[str, Any]] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dgr.contracts import GROUPS, Group
-from dgr.errors import ConfigError, DgrError
+from dgr.errors import ConfigError, GitError
 from dgr.git import gitops
 from dgr.locks import read_toml
 
@@ -56,7 +56,7 @@ class Pull:
 
 
 @dataclass(frozen=True)
-class Upstream:
+class UpstreamConventions:
     """How upstream takes contributions; every path names a file of the pinned tree."""
 
     pr_template: str
@@ -79,7 +79,7 @@ class Config:
     deny_words: tuple[str, ...]
     drop_trailers: tuple[str, ...]
     api_headers: tuple[str, ...]
-    upstream: Upstream
+    upstream: UpstreamConventions
     pulls: tuple[Pull, ...]
     concerns: tuple[Concern, ...]
     questions: tuple[str, ...]
@@ -148,7 +148,7 @@ def title_problems(title: str) -> list[str]:
     return found
 
 
-def _upstream(data: dict[str, Any], problems: list[str]) -> Upstream:
+def _upstream(data: dict[str, Any], problems: list[str]) -> UpstreamConventions:
     where = "upstream."
     per_hour = data.get("review_lines_per_hour")
     if (
@@ -159,7 +159,7 @@ def _upstream(data: dict[str, Any], problems: list[str]) -> Upstream:
     ):
         problems.append(f"{where}review_lines_per_hour: expected [low, high], two positive integers")
         per_hour = [1, 1]
-    return Upstream(
+    return UpstreamConventions(
         pr_template=_text(data, "pr_template", where, problems),
         kept_section=_text(data, "kept_section", where, problems),
         submitter_section=_text(data, "submitter_section", where, problems),
@@ -298,7 +298,7 @@ def glob_match(pattern: str, path: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Finding:
+class PackageFinding:
     patch: str
     line: int | None
     """The line of the patch file (None: not tied to one line)."""
@@ -358,23 +358,23 @@ def deny_pattern(words: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(rf"(?<![A-Za-z0-9])({alternatives})(?![A-Za-z0-9])", re.IGNORECASE)
 
 
-def deny_findings(name: str, text: str, words: tuple[str, ...]) -> list[Finding]:
+def deny_findings(name: str, text: str, words: tuple[str, ...]) -> list[PackageFinding]:
     pattern = deny_pattern(words)
     found = []
     for line in mail_lines(text):
         for match in pattern.finditer(line.text):
             where = f"added line of {line.file}" if line.kind == "added" else line.kind
             found.append(
-                Finding(
+                PackageFinding(
                     name, line.number, f"word of ours {match.group(1)!r} in the {where}: {line.text.strip()}"
                 )
             )
     return found
 
 
-def path_findings(name: str, files: list[str], concern: Concern) -> list[Finding]:
+def path_findings(name: str, files: list[str], concern: Concern) -> list[PackageFinding]:
     return [
-        Finding(
+        PackageFinding(
             name,
             None,
             f"touches {path}, outside the paths of its concern {concern.title!r} "
@@ -385,16 +385,16 @@ def path_findings(name: str, files: list[str], concern: Concern) -> list[Finding
     ]
 
 
-def whitespace_findings(name: str, repo: Path, commit: str) -> list[Finding]:
+def whitespace_findings(name: str, repo: Path, commit: str) -> list[PackageFinding]:
     """`git diff --check` of the applied commit against its parent."""
     result = gitops.git(["diff", "--check", f"{commit}^", commit], cwd=repo, check=False)
     if result.returncode == 0:
         return []
     out = result.stdout.strip()
     if not out:
-        raise DgrError(f"git diff --check failed for {commit}", detail=result.stderr)
+        raise GitError(f"git diff --check failed for {commit}", detail=result.stderr)
     problems = [line for line in out.splitlines() if not line.startswith(("+", "-", " "))]
-    return [Finding(name, None, f"git diff --check: {p}") for p in problems]
+    return [PackageFinding(name, None, f"git diff --check: {p}") for p in problems]
 
 
 # --------------------------------------------------------------------------- the lints of the package
