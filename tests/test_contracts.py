@@ -13,17 +13,15 @@ import pytest
 import tomli_w
 from dgr.builds import buildplan
 from dgr.builds.buildcache import MANIFEST, BuildStore
-from dgr.contracts import (
-    GROUPS,
+from dgr.contracts.buildmanifest import (
     AppliedPatch,
     BuildInfo,
     BuildManifest,
-    Check,
     PatchedInfo,
-    Report,
     ToolchainInfo,
     UpstreamInfo,
 )
+from dgr.contracts.report import GROUPS, Check, Report
 from dgr.core.paths import Cache
 from dgr.errors import ConfigError
 

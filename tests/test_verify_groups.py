@@ -1,4 +1,5 @@
-"""One registry of verify groups: `dgr.contracts.Group` names them; `dgr.verify.checks.<group>` is each."""
+"""One registry of verify groups: `dgr.contracts.report.Group` names them, `dgr.verify.checks.<group>`
+is each."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import importlib
 import pkgutil
 
 import pytest
-from dgr.contracts import GROUPS, Group
+from dgr.contracts.report import GROUPS, Group
 from dgr.verify import checks
 from dgr.verify.checks.session import GroupSpec, load
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from dgr.contracts import GROUPS
+from dgr.contracts.report import GROUPS
 from dgr.core import log
 from dgr.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError, InternalError
 

@@ -11,7 +11,14 @@ from typing import Any
 
 from dgr.builds.buildplan import Plan
 from dgr.builds.cmake import CMakeProject, Compiler
-from dgr.contracts import AppliedPatch, BuildInfo, BuildManifest, PatchedInfo, ToolchainInfo, UpstreamInfo
+from dgr.contracts.buildmanifest import (
+    AppliedPatch,
+    BuildInfo,
+    BuildManifest,
+    PatchedInfo,
+    ToolchainInfo,
+    UpstreamInfo,
+)
 from dgr.core.digest import sha256_canonical
 from dgr.errors import BuildError
 from dgr.git import apply

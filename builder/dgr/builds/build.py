@@ -18,13 +18,13 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgr import locks
 from dgr.builds import artifacts
 from dgr.builds.buildcache import BuildStore
 from dgr.builds.buildplan import Plan, Request, plan
 from dgr.builds.cmake import CMakeProject, Compiler, Toolchain, compiler_at
 from dgr.builds.cmakedefs import render
-from dgr.contracts import BuildManifest, BuildStatus
+from dgr.contracts import locks
+from dgr.contracts.buildmanifest import BuildManifest, BuildStatus
 from dgr.core import log
 from dgr.core.digest import sha256_canonical, sha256_file
 from dgr.core.paths import Context

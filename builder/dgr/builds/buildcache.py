@@ -15,13 +15,13 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from dgr.contracts import BuildManifest
+from dgr.contracts.buildmanifest import BuildManifest
+from dgr.contracts.locks import write_toml
 from dgr.core import log
 from dgr.core.digest import sha256_file
 from dgr.core.fs import publish_dir, remove_dir
 from dgr.core.paths import Cache
 from dgr.errors import ConfigError
-from dgr.locks import write_toml
 
 MANIFEST = "manifest.toml"
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import tomli_w
 
-from dgr import locks
 from dgr.builds.cmake import Toolchain
 from dgr.builds.cmakedefs import llama_definitions, worker_definitions
+from dgr.contracts import locks
 from dgr.core import log
 from dgr.core.digest import sha256_canonical, sha256_file
 from dgr.core.paths import Context

@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from dgr import locks
 from dgr.builds import build, buildplan
 from dgr.builds.cmake import Toolchain
-from dgr.contracts import BuildManifest
+from dgr.contracts import locks
+from dgr.contracts.buildmanifest import BuildManifest
 from dgr.core import proc
 from dgr.core.paths import Context
 from dgr.errors import BuildError

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgr.contracts.locks import ToolchainLock
 from dgr.core import log, proc
 from dgr.errors import BuildError, ConfigError
-from dgr.locks import ToolchainLock
 
 _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 

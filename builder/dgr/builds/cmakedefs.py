@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dgr import locks
+from dgr.contracts import locks
 
 
 def _prefix_map_flags(toolchain_lock: locks.ToolchainLock, worker: bool = False) -> str:

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgr.contracts import GROUPS, Group, Report
+from dgr.contracts.report import GROUPS, Group, Report
 from dgr.core.digest import sha256_bytes
 from dgr.core.fs import write_atomic
 from dgr.core.paths import Cache

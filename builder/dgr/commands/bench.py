@@ -11,9 +11,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from dgr import locks
 from dgr.builds import build, buildplan, buildtime
-from dgr.contracts import BenchModel, BenchResult, Comparison, MemoryRow, Rpc, SplitCost
+from dgr.contracts import locks
+from dgr.contracts.bench import BenchModel, BenchResult, MemoryRow, SplitCost
+from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.core import log
 from dgr.core.fs import writable_dir, write_atomic
 from dgr.core.paths import Context

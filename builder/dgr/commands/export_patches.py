@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dgr import locks
+from dgr.contracts import locks
 from dgr.core import log
 from dgr.core.paths import Context
 from dgr.errors import EXIT_OK, LintError, UsageError

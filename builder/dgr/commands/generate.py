@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dgr import locks
 from dgr.builds import build, buildplan
+from dgr.contracts import locks
 from dgr.core import log
 from dgr.core.paths import Context
 from dgr.errors import EXIT_OK, ConfigError, UsageError, VerifyError

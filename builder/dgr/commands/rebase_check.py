@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dgr import locks
+from dgr.contracts import locks
 from dgr.core import log
 from dgr.core.paths import Context, Repo
 from dgr.errors import EXIT_OK, ApplyError

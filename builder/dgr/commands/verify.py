@@ -11,10 +11,10 @@ import os
 import sys
 import time
 
-from dgr import locks
 from dgr.builds import build, buildplan, reportstore
 from dgr.builds.cmake import Toolchain
-from dgr.contracts import GROUPS, Check, Group, Report
+from dgr.contracts import locks
+from dgr.contracts.report import GROUPS, Check, Group, Report
 from dgr.core import log
 from dgr.core.fs import write_atomic
 from dgr.core.paths import Context

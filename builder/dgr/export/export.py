@@ -27,8 +27,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from dgr import locks
 from dgr.builds import buildplan, reportstore
+from dgr.contracts import locks
 from dgr.core import log
 from dgr.core.digest import sha256_bytes
 from dgr.core.fs import publish_dir

@@ -15,7 +15,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgr.contracts import Comparison, Machine, Rpc
+from dgr.contracts.bench import Machine
+from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.core.digest import sha256_bytes
 from dgr.errors import ConfigError, VerifyError
 

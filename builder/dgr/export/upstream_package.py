@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from dgr.contracts import GROUPS, Group
+from dgr.contracts.locks import read_toml
+from dgr.contracts.report import GROUPS, Group
 from dgr.errors import ConfigError, GitError
 from dgr.git import gitops
-from dgr.locks import read_toml
 
 CONFORMANCE_GROUPS: dict[str, Group] = {g: g for g in GROUPS if g != "native"}
 """The groups a concern can name: every group of `dgr verify` but the native tests (each patch's own)."""

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import git as gitpython
 
+from dgr.contracts.locks import Pin, ToolchainLock
 from dgr.core import log, proc
 from dgr.errors import DgrError, GitError
-from dgr.locks import Pin, ToolchainLock
 
 BASE_ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,

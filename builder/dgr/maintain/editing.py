@@ -19,13 +19,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dgr.contracts.locks import PatchManifest
 from dgr.core import log
 from dgr.core.digest import sha256_bytes
 from dgr.core.fs import write_all_atomic
 from dgr.core.paths import Repo
 from dgr.errors import ApplyError, UsageError
 from dgr.git import apply, gitops
-from dgr.locks import PatchManifest
 from dgr.series import order as series
 from dgr.series import patchfile, patchmanifest
 

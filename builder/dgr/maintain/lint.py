@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
+from dgr.contracts.locks import LOCK_FILES, PatchManifest, load_manifest_file, problems_in
 from dgr.core.digest import sha256_bytes, sha256_file
 from dgr.core.paths import Repo
-from dgr.locks import LOCK_FILES, PatchManifest, load_manifest_file, problems_in
 from dgr.series import order as series
 from dgr.series import patchfile, patchmanifest
 

@@ -22,15 +22,15 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dgr import locks
 from dgr.builds import buildplan, reportstore
+from dgr.contracts import locks
+from dgr.contracts.locks import Pin, RebaseTarget, SdistRef, Source, UpstreamLock
 from dgr.core import log
 from dgr.core.digest import sha256_bytes
 from dgr.core.fs import prune_empty_dirs, write_all_atomic
 from dgr.core.paths import Cache, Context, Repo
 from dgr.errors import ApplyError, UsageError
 from dgr.git import apply, gitops
-from dgr.locks import Pin, RebaseTarget, SdistRef, Source, UpstreamLock
 from dgr.maintain import editing, rebase
 from dgr.series import order as series
 from dgr.series import patchmanifest

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dgr.contracts.locks import Pin, SdistRef, UpstreamLock
 from dgr.core import log
 from dgr.core.paths import Cache
 from dgr.errors import UsageError
 from dgr.git import apply, gitops
-from dgr.locks import Pin, SdistRef, UpstreamLock
 from dgr.series import patchfile
 from dgr.sources import pypi, upstream
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgr import locks
+from dgr.contracts import locks
 from dgr.core import log, proc
 from dgr.core.paths import Context, Repo
 from dgr.errors import ConfigError

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import tomli_w
 
+from dgr.contracts.locks import PatchManifest, load_manifest_file
 from dgr.core.digest import sha256_bytes, sha256_file
 from dgr.core.fs import write_atomic
 from dgr.core.paths import Repo
 from dgr.errors import ConfigError, IntegrityError
-from dgr.locks import PatchManifest, load_manifest_file
 from dgr.series import order as series
 
 REFRESH_HINT = (

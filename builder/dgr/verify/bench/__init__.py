@@ -21,7 +21,7 @@ import os
 import platform
 from pathlib import Path
 
-from dgr.contracts import BenchModel, Machine, ModelBench
+from dgr.contracts.bench import BenchModel, Machine, ModelBench
 from dgr.core import log
 from dgr.verify.bench import memory, split
 from dgr.verify.models import inventory

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dgr.contracts import CodecSpeed
+from dgr.contracts.bench import CodecSpeed
 from dgr.verify.bench.split import run_json
 from dgr.verify.wire import bundle
 

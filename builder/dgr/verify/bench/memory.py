@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from dgr.contracts import MemoryRow
+from dgr.contracts.bench import MemoryRow
 from dgr.core import log
 from dgr.verify.models import inventory, prompts
 from dgr.verify.wire.client import ContextParams, Worker

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dgr.contracts import Speed, SplitCost
+from dgr.contracts.bench import Speed, SplitCost
 from dgr.core import proc
 from dgr.errors import BenchError
 from dgr.verify.models import inventory, prompts

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from dgr.contracts import SYNTHETIC, Check
+from dgr.contracts.report import SYNTHETIC, Check
 from dgr.core import proc
 from dgr.errors import VerifyError
 from dgr.verify.checks.session import GroupSpec, Session

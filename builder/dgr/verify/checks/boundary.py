@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from dgr.contracts import REAL_MODEL, Check, Evidence
+from dgr.contracts.report import REAL_MODEL, Check, Evidence
 from dgr.errors import WorkerRequestError
 from dgr.verify.checks.report import guarded, matching_prefix
 from dgr.verify.checks.session import conformance

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dgr.contracts import SYNTHETIC, Check
+from dgr.contracts.report import SYNTHETIC, Check
 from dgr.core import log, proc
 from dgr.errors import VerifyError
 from dgr.verify.checks.session import GroupSpec, Session

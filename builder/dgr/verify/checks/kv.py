@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from dgr.contracts import REAL_MODEL, Check
+from dgr.contracts.report import REAL_MODEL, Check
 from dgr.errors import ShardFailedError, WorkerRequestError
 from dgr.verify.checks.report import guarded, matching_prefix
 from dgr.verify.checks.session import conformance

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dgr.contracts import NATIVE, Check
+from dgr.contracts.report import NATIVE, Check
 from dgr.core import proc
 from dgr.errors import DgrError
 from dgr.verify.checks.session import GroupSpec, Session

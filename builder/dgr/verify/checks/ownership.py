@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from dgr.contracts import REAL_MODEL, SYNTHETIC, Check, Evidence
+from dgr.contracts.report import REAL_MODEL, SYNTHETIC, Check, Evidence
 from dgr.errors import WorkerRequestError
 from dgr.verify.checks.report import guarded
 from dgr.verify.checks.session import conformance

@@ -1,4 +1,4 @@
-"""Running checks, and the table and JUnit XML of their results (the report itself: dgr.contracts)."""
+"""Running checks, and the table and JUnit XML of their results (the report itself: dgr.contracts.report)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dgr.contracts import Check, Evidence, Group
+from dgr.contracts.report import Check, Evidence, Group
 
 
 def guarded(

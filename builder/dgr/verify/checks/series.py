@@ -3,7 +3,7 @@ own inputs digest), passes the native tests it adds; the whole series is the las
 
 from __future__ import annotations
 
-from dgr.contracts import NATIVE, Check
+from dgr.contracts.report import NATIVE, Check
 from dgr.verify.checks import native
 from dgr.verify.checks.native import TestRun
 from dgr.verify.checks.session import GroupSpec, Session

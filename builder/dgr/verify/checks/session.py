@@ -1,6 +1,6 @@
 """What a group of `dgr verify` runs against, and how a group is found.
 
-The registry of groups is `dgr.contracts.Group`, one line per group, in the order they run. The group
+The registry of groups is `dgr.contracts.report.Group`, one line per group, in the order they run. The group
 `<name>` is the module `dgr.verify.checks.<name>`, found by its name (as `dgr.cli` finds a command); it
 defines `GROUP`, a `GroupSpec`. A group is therefore one module plus one line of the registry."""
 
@@ -14,7 +14,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from dgr.contracts import BuildManifest, Check, Group
+from dgr.contracts.buildmanifest import BuildManifest
+from dgr.contracts.report import Check, Group
 from dgr.errors import VerifyError
 from dgr.verify.models.env import Env, RealModel
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgr.contracts import SYNTHETIC, Evidence
+from dgr.contracts.report import SYNTHETIC, Evidence
 from dgr.verify.models import inventory, synth
 
 

