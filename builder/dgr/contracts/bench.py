@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dgr.contracts.convert import mapping
 from dgr.contracts.fields import (
     Figures,
     figures_of,
-    mapping,
     number,
     optional_number,
     typed,

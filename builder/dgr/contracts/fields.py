@@ -1,11 +1,13 @@
-"""Reading a JSON document into the typed records: each helper refuses a malformed value with a
-ConfigError naming where it is."""
+"""Field readers of the records whose documents are not a dataclass's fields one for one (the bench result:
+the default model's keys at the top, lenient readings of older results): each refuses a malformed value
+with a ConfigError naming where it is, as dgr.contracts.convert does."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Any
 
+from dgr.contracts.convert import mapping, scalar
 from dgr.errors import ConfigError
 
 Number = int | float
@@ -13,27 +15,10 @@ Figures = Mapping[str, Number | str | bool]
 """A flat set of named measurements (build timing, fuzzing): numbers, with a note or a flag here and there."""
 
 
-def literal(kind: Any, value: Any, where: str) -> Any:
-    choices = get_args(kind)
-    if value not in choices:
-        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(str, choices))}")
-    return value
-
-
 def typed(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in data:
         raise ConfigError(f"{where}: `{key}` is missing")
-    value = data[key]
-    # bool is an int: a flag where a number is expected (or the reverse) is malformed
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, float, (int, float))):
-        raise ConfigError(f"{where}: `{key}` is {type(value).__name__}, expected {kind}")
-    return value
-
-
-def mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected an object, found {type(value).__name__}")
-    return value
+    return scalar(kind, data[key], where, key)
 
 
 def strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
@@ -41,13 +26,6 @@ def strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
     if not all(isinstance(v, str) for v in values):
         raise ConfigError(f"{where}: `{key}` must be a list of strings")
     return tuple(values)
-
-
-def string_map(data: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
-    values = mapping(data.get(key, {}), f"{where}.{key}")
-    if not all(isinstance(v, str) for v in values.values()):
-        raise ConfigError(f"{where}: `{key}` must map names to strings")
-    return dict(values)
 
 
 def number(data: Mapping[str, Any], key: str, where: str) -> float:

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Self, get_args
 
-from dgr.contracts.fields import (
-    literal,
-    mapping,
-    typed,
-)
+from dgr.contracts import convert
 from dgr.errors import ConfigError
 
 # the registry of verify groups: one line per group, in the order they run; the group `<name>` is the
@@ -36,7 +32,7 @@ REPORT_FORMAT = 1
 
 
 @dataclass(frozen=True, kw_only=True)
-class Check:
+class Check(convert.Record):
     """One check of `dgr verify`: what it proves (group, evidence class), its figures, pass or fail."""
 
     group: Group
@@ -50,39 +46,17 @@ class Check:
     def id(self) -> str:
         return f"{self.group}/{self.name}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "name": self.name,
-            "evidence": self.evidence,
-            "passed": self.passed,
-            "figures": dict(self.figures),
-            "detail": self.detail,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, where: str = "check") -> Check:
-        d = mapping(data, where)
-        return cls(
-            group=literal(Group, d.get("group"), f"{where}.group"),
-            name=typed(d, "name", str, where),
-            evidence=literal(Evidence, d.get("evidence"), f"{where}.evidence"),
-            passed=typed(d, "passed", bool, where),
-            figures=mapping(d.get("figures", {}), f"{where}.figures"),
-            detail=typed(d, "detail", str, where) if "detail" in d else "",
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
-class Report:
+class Report(convert.Record):
     """The report of one `dgr verify` run over the inputs `inputs_digest` (and the unpatched baseline)."""
 
+    format: int = REPORT_FORMAT
     inputs_digest: str
     baseline_digest: str | None
     groups: tuple[Group, ...]
-    durations_s: Mapping[str, float]
+    durations_s: Mapping[str, float] = field(default_factory=dict)
     checks: tuple[Check, ...]
-    format: int = REPORT_FORMAT
 
     @property
     def passed(self) -> bool:
@@ -108,35 +82,19 @@ class Report:
         return found
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": self.format,
-            "inputs_digest": self.inputs_digest,
-            "baseline_digest": self.baseline_digest,
-            "groups": list(self.groups),
-            "passed": self.passed,
-            "durations_s": dict(self.durations_s),
-            "checks": [c.to_json() for c in self.checks],
-        }
+        data = convert.to_json(self)
+        # `passed` is what the checks say, written after the groups (read back only to be compared)
+        at = list(data).index("groups") + 1
+        items = list(data.items())
+        return dict([*items[:at], ("passed", self.passed), *items[at:]])
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "report") -> Report:
-        d = mapping(data, where)
-        fmt = typed(d, "format", int, where)
+    def from_json(cls, data: Any, where: str = "report") -> Self:
+        d = convert.mapping(data, where)
+        fmt = d.get("format")
         if fmt != REPORT_FORMAT:
             raise ConfigError(f"{where}: format {fmt} is not {REPORT_FORMAT}; run `dgr verify` again")
-        checks = typed(d, "checks", list, where)
-        groups = typed(d, "groups", list, where)
-        baseline = d.get("baseline_digest")
-        if baseline is not None and not isinstance(baseline, str):
-            raise ConfigError(f"{where}: `baseline_digest` is {type(baseline).__name__}, expected str")
-        report = cls(
-            format=fmt,
-            inputs_digest=typed(d, "inputs_digest", str, where),
-            baseline_digest=baseline,
-            groups=tuple(literal(Group, g, f"{where}.groups[{i}]") for i, g in enumerate(groups)),
-            durations_s=mapping(d.get("durations_s", {}), f"{where}.durations_s"),
-            checks=tuple(Check.from_json(c, f"{where}.checks[{i}]") for i, c in enumerate(checks)),
-        )
+        report = convert.from_json(cls, {k: v for k, v in d.items() if k != "passed"}, where)
         if "passed" in d and d["passed"] is not report.passed:
             raise ConfigError(f"{where}: `passed` is {d['passed']!r}, but its checks say {report.passed!r}")
         return report

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dgr.contracts.convert import mapping
 from dgr.contracts.fields import (
-    mapping,
     number,
     strings,
     typed,

@@ -7,16 +7,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from dgr.contracts.archtable import ARCH_STATUSES, ARCHS, ARCHS_SUMMARY, ArchRow, ArchsSummary
 from dgr.contracts.report import REAL_MODEL, Check
 from dgr.export.branches import AppliedSeries
 from dgr.export.figures import fmt
 
-ARCHS = "archs"
-"""The verify group of the per-architecture table (`test-llama-archs --layer-ranges`)."""
-ARCHS_SUMMARY = "every-architecture"
-
-ARCH_STATUSES = ("certified", "refused", "no-model", "failed", "crashed")
-"""The result of a row of the architecture table (`crashed`: the test stopped at it)."""
 _REFUSAL_LITERAL = re.compile(r'"[^"\\]*?(the architecture %s does not support layer ranges)[^"\\]*"')
 
 
@@ -40,52 +35,51 @@ def archs_table(checks: Sequence[Check], refusal: str | None = None) -> dict[str
     """The architecture table of the `archs` group (one row per architecture and variant, `every-architecture`
     over the whole table), or None when the report has none. Counted in architectures (the summary's figures,
     else the rows') and in rows."""
-    archs_checks = [c for c in checks if str(c.group) == ARCHS]
-    rows = [c for c in archs_checks if c.name != ARCHS_SUMMARY and c.figures.get("status") in ARCH_STATUSES]
-    summary = next((c for c in archs_checks if c.name == ARCHS_SUMMARY), None)
+    archs_checks = [c for c in checks if c.group == ARCHS]
+    rows = [
+        (c, ArchRow.from_json(c.figures, f"check {c.id}"))
+        for c in archs_checks
+        if c.name != ARCHS_SUMMARY and "status" in c.figures
+    ]
     if not rows:
         return None
+    summary_check = next((c for c in archs_checks if c.name == ARCHS_SUMMARY), None)
+    summary = (
+        ArchsSummary.from_json(summary_check.figures, f"check {summary_check.id}") if summary_check else None
+    )
     table = [
         {
             "name": c.name,
             "arch": _arch_of(c.name),
-            "status": str(c.figures["status"]),
-            "n_layer": "-" if c.figures.get("n_layer") is None else str(c.figures["n_layer"]),
-            "ranges": ", ".join(str(r) for r in c.figures.get("ranges", [])) or "-",
-            "reason": str(c.figures.get("reason", "")) or c.detail.split("\n", 1)[0],
+            "status": row.status,
+            "n_layer": "-" if row.n_layer is None else str(row.n_layer),
+            "ranges": ", ".join(row.ranges) or "-",
+            "reason": row.reason or c.detail.split("\n", 1)[0],
         }
-        for c in rows
+        for c, row in rows
     ]
     in_rows = {s: sum(1 for r in table if r["status"] == s) for s in ARCH_STATUSES}
     computed = {s: len({r["arch"] for r in table if r["status"] == s}) for s in ARCH_STATUSES}
-    figures = summary.figures if summary is not None else {}
-
-    def in_archs(status: str) -> int:
-        value = figures.get(status)
-        return value if isinstance(value, int) and not isinstance(value, bool) else computed[status]
-
-    architectures = figures.get("architectures")
-    no_model = figures.get("no_model")
-    if not isinstance(no_model, dict):
-        no_model = {r["arch"]: r["reason"] for r in table if r["status"] == "no-model"}
-    certified = figures.get("certified_archs")
-    if not isinstance(certified, list):
-        certified = sorted({r["arch"] for r in table if r["status"] == "certified"})
+    counted = summary.in_archs() if summary is not None else {}
     refused = [r for r in table if r["status"] == "refused"]
     example = refused[0]["arch"] if refused else None
     return {
         "rows": table,
         "n_rows": len(table),
-        "architectures": architectures
-        if isinstance(architectures, int) and not isinstance(architectures, bool)
+        "architectures": summary.architectures
+        if summary is not None and summary.architectures is not None
         else len({r["arch"] for r in table}),
-        "archs": {s: in_archs(s) for s in ARCH_STATUSES},
+        "archs": {s: counted.get(s, computed[s]) for s in ARCH_STATUSES},
         "in_rows": in_rows,
-        "certified_archs": [str(a) for a in certified],
-        "no_model": {str(a): str(why) for a, why in no_model.items()},
+        "certified_archs": list(summary.certified_archs)
+        if summary is not None
+        else sorted({r["arch"] for r in table if r["status"] == "certified"}),
+        "no_model": dict(summary.no_model)
+        if summary is not None
+        else {r["arch"]: r["reason"] for r in table if r["status"] == "no-model"},
         "failed": [r for r in table if r["status"] in ("failed", "crashed")],
         "refusal": refusal.replace("%s", example) if refusal is not None and example is not None else None,
-        "passed": summary.passed if summary is not None else None,
+        "passed": summary_check.passed if summary_check is not None else None,
     }
 
 

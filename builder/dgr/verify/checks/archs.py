@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from dgr.contracts.archtable import ARCHS, ARCHS_SUMMARY, ArchRow, ArchsSummary
 from dgr.contracts.report import SYNTHETIC, Check
 from dgr.core import proc
 from dgr.errors import VerifyError
@@ -19,7 +20,7 @@ from dgr.verify.checks.session import GroupSpec, Session
 # table is the same in every run
 ARGS = ("--layer-ranges", "-s", "42")
 TEST_NAME = "test-llama-archs-layer-ranges"
-SUMMARY = "every-architecture"
+SUMMARY = ARCHS_SUMMARY
 
 Status = Literal["certified", "refused", "no-model", "failed"]
 _STATUS: dict[str, Status] = {
@@ -112,16 +113,16 @@ def checks(output: str, exit_code: int) -> list[Check]:
         problem = _row_problem(row, exit_code, output)
         out.append(
             Check(
-                group="archs",
+                group=ARCHS,
                 name=row.name,
                 evidence=SYNTHETIC,
                 passed=not problem,
-                figures={
-                    "status": row.status or "crashed",
-                    "n_layer": row.n_layer,
-                    "ranges": list(row.ranges),
-                    **({"reason": row.detail} if row.status in ("refused", "no-model") else {}),
-                },
+                figures=ArchRow(
+                    status=row.status or "crashed",
+                    n_layer=row.n_layer,
+                    ranges=row.ranges,
+                    reason=row.detail if row.status in ("refused", "no-model") else None,
+                ).to_json(),
                 detail=problem,
             )
         )
@@ -141,17 +142,20 @@ def checks(output: str, exit_code: int) -> list[Check]:
         problems.append(f"the test exited with {exit_code}")
     out.append(
         Check(
-            group="archs",
+            group=ARCHS,
             name=SUMMARY,
             evidence=SYNTHETIC,
             passed=not problems,
-            figures={
-                "architectures": table.n_archs,
-                "rows": len(table.rows),
-                **{s: len(archs[s]) for s in statuses},
-                "certified_archs": archs["certified"],
-                "no_model": {r.arch: r.detail for r in table.rows if r.status == "no-model"},
-            },
+            figures=ArchsSummary(
+                architectures=table.n_archs,
+                rows=len(table.rows),
+                certified=len(archs["certified"]),
+                refused=len(archs["refused"]),
+                no_model_count=len(archs["no-model"]),
+                failed=len(archs["failed"]),
+                certified_archs=tuple(archs["certified"]),
+                no_model={r.arch: r.detail for r in table.rows if r.status == "no-model"},
+            ).to_json(),
             detail="\n".join(problems),
         )
     )
