@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Self
 
+from dgr.contracts import convert
 from dgr.contracts.convert import mapping
 from dgr.contracts.fields import (
     Figures,
     figures_of,
-    number,
-    optional_number,
     typed,
 )
 from dgr.contracts.upstreambench import Comparison, Rpc
@@ -28,127 +27,47 @@ TARGETS: Mapping[str, float] = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class Machine:
+class Machine(convert.Record):
     date: str
     cpu: str
     cores: int | None
     platform: str = ""
     python: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "date": self.date,
-            "cpu": self.cpu,
-            "cores": self.cores,
-            "platform": self.platform,
-            "python": self.python,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> Machine:
-        d = mapping(data, where)
-        cores = d.get("cores")
-        return cls(
-            date=typed(d, "date", str, where),
-            cpu=typed(d, "cpu", str, where),
-            cores=cores if isinstance(cores, int) else None,
-            platform=str(d.get("platform", "")),
-            python=str(d.get("python", "")),
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
-class Speed:
+class Speed(convert.Record):
     """Tokens per second of the whole model and of the split, measured interleaved; ratio = split / whole."""
 
     tokens: int
     whole_tps: float
     split_tps: float
     ratio: float
-    same_tokens: bool | None = None
+    same_tokens: bool | None = field(default=None, metadata=convert.OMIT_NONE)
     """Decode only: the split generated the same tokens as the whole model."""
-    whole_step_ms: float | None = None
+    whole_step_ms: float | None = field(default=None, metadata=convert.OMIT_NONE)
     """Worker decode only: milliseconds per token of the whole model's request."""
-    shard_step_ms: tuple[float, ...] = ()
+    shard_step_ms: tuple[float, ...] = field(default=(), metadata=convert.OMIT_EMPTY)
     """Worker decode only: milliseconds per token of each worker's request, in chain order."""
-    round_trip_ms: float | None = None
+    round_trip_ms: float | None = field(default=None, metadata=convert.OMIT_NONE)
     """Worker decode only: the median of a request that does no work (transport and supervisor)."""
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "tokens": self.tokens,
-            "whole_tps": self.whole_tps,
-            "split_tps": self.split_tps,
-            "ratio": self.ratio,
-        }
-        if self.same_tokens is not None:
-            data["same_tokens"] = self.same_tokens
-        if self.whole_step_ms is not None:
-            data["whole_step_ms"] = self.whole_step_ms
-            data["shard_step_ms"] = list(self.shard_step_ms)
-        if self.round_trip_ms is not None:
-            data["round_trip_ms"] = self.round_trip_ms
-        return data
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> Speed:
-        d = mapping(data, where)
-        same = d.get("same_tokens")
-        steps = d.get("shard_step_ms", [])
-        if not isinstance(steps, list) or not all(isinstance(s, (int, float)) for s in steps):
-            raise ConfigError(f"{where}: `shard_step_ms` must be a list of numbers")
-        return cls(
-            tokens=typed(d, "tokens", int, where),
-            whole_tps=number(d, "whole_tps", where),
-            split_tps=number(d, "split_tps", where),
-            ratio=number(d, "ratio", where),
-            same_tokens=same if isinstance(same, bool) else None,
-            whole_step_ms=optional_number(d, "whole_step_ms", where),
-            shard_step_ms=tuple(float(s) for s in steps),
-            round_trip_ms=optional_number(d, "round_trip_ms", where),
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
-class SplitCost:
+class SplitCost(convert.Record):
     """One split into `shards` ranges: prefill speeds per prompt length and the decode speed."""
 
-    shards: int
     prefill: tuple[Speed, ...]
     decode: Speed
-    split: str | None = None
+    split: str | None = field(default=None, metadata=convert.OMIT_NONE)
     """In-process rows (layer-bench): the ranges, the threads and the repetitions it ran."""
-    threads: int | None = None
-    reps: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "prefill": [p.to_json() for p in self.prefill],
-            "decode": self.decode.to_json(),
-        }
-        for key in ("split", "threads", "reps"):
-            if getattr(self, key) is not None:
-                data[key] = getattr(self, key)
-        data["shards"] = self.shards
-        return data
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> SplitCost:
-        d = mapping(data, where)
-        prefill = typed(d, "prefill", list, where)
-        split, threads, reps = d.get("split"), d.get("threads"), d.get("reps")
-        return cls(
-            shards=typed(d, "shards", int, where),
-            prefill=tuple(Speed.from_json(p, f"{where}.prefill[{i}]") for i, p in enumerate(prefill)),
-            decode=Speed.from_json(d.get("decode"), f"{where}.decode"),
-            split=split if isinstance(split, str) else None,
-            threads=threads if isinstance(threads, int) else None,
-            reps=reps if isinstance(reps, int) else None,
-        )
+    threads: int | None = field(default=None, metadata=convert.OMIT_NONE)
+    reps: int | None = field(default=None, metadata=convert.OMIT_NONE)
+    shards: int
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemoryRow:
+class MemoryRow(convert.Record):
     """One layer range in a fresh process (mmap off): its bytes and their fractions of the whole model's."""
 
     layers: tuple[int, int]
@@ -162,101 +81,35 @@ class MemoryRow:
     kv_fraction: float
     peak_rss_fraction: float
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "layers": list(self.layers),
-            "owned_layers": self.owned_layers,
-            "owned_fraction": self.owned_fraction,
-            "owned_tensor_bytes": self.owned_tensor_bytes,
-            "model_bytes": self.model_bytes,
-            "model_fraction": self.model_fraction,
-            "kv_bytes": self.kv_bytes,
-            "peak_rss": self.peak_rss,
-            "kv_fraction": self.kv_fraction,
-            "peak_rss_fraction": self.peak_rss_fraction,
-        }
-
     @classmethod
-    def from_json(cls, data: Any, where: str) -> MemoryRow:
-        d = mapping(data, where)
-        layers = typed(d, "layers", list, where)
-        if len(layers) != 2 or not all(isinstance(n, int) for n in layers):
+    def from_json(cls, data: Any, where: str = "memory row") -> Self:
+        layers = convert.mapping(data, where).get("layers")
+        if not isinstance(layers, list) or len(layers) != 2:
             raise ConfigError(f"{where}: `layers` must be [begin, end]")
-        return cls(
-            layers=(layers[0], layers[1]),
-            owned_layers=typed(d, "owned_layers", int, where),
-            owned_fraction=number(d, "owned_fraction", where),
-            owned_tensor_bytes=typed(d, "owned_tensor_bytes", int, where),
-            model_bytes=typed(d, "model_bytes", int, where),
-            model_fraction=number(d, "model_fraction", where),
-            kv_bytes=typed(d, "kv_bytes", int, where),
-            peak_rss=typed(d, "peak_rss", int, where),
-            kv_fraction=number(d, "kv_fraction", where),
-            peak_rss_fraction=number(d, "peak_rss_fraction", where),
-        )
+        return convert.from_json(cls, data, where)
 
 
 @dataclass(frozen=True, kw_only=True)
-class CodecSpeed:
+class CodecSpeed(convert.Record):
     """Encode + decode of a residual bundle against memcpy of the same bytes."""
 
     bytes: int
     reps: int
+    encode_gbps: float | None = field(default=None, metadata=convert.OMIT_NONE)
+    decode_gbps: float | None = field(default=None, metadata=convert.OMIT_NONE)
     codec_gbps: float
     memcpy_gbps: float
     ratio_to_memcpy: float
     zero_copy_decode: bool
-    encode_gbps: float | None = None
-    decode_gbps: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"bytes": self.bytes, "reps": self.reps}
-        if self.encode_gbps is not None and self.decode_gbps is not None:
-            data |= {"encode_gbps": self.encode_gbps, "decode_gbps": self.decode_gbps}
-        return data | {
-            "codec_gbps": self.codec_gbps,
-            "memcpy_gbps": self.memcpy_gbps,
-            "ratio_to_memcpy": self.ratio_to_memcpy,
-            "zero_copy_decode": self.zero_copy_decode,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> CodecSpeed:
-        d = mapping(data, where)
-        return cls(
-            bytes=typed(d, "bytes", int, where),
-            reps=typed(d, "reps", int, where),
-            codec_gbps=number(d, "codec_gbps", where),
-            memcpy_gbps=number(d, "memcpy_gbps", where),
-            ratio_to_memcpy=number(d, "ratio_to_memcpy", where),
-            zero_copy_decode=typed(d, "zero_copy_decode", bool, where),
-            encode_gbps=optional_number(d, "encode_gbps", where),
-            decode_gbps=optional_number(d, "decode_gbps", where),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
-class BenchModel:
+class BenchModel(convert.Record):
     file: str
     n_layer: int
     bytes: int
-    name: str = ""
+    name: str = field(default="", metadata=convert.OMIT_EMPTY)
     """Its name in locks/model.toml (empty: not a locked model)."""
-
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"file": self.file, "n_layer": self.n_layer, "bytes": self.bytes}
-        return data | ({"name": self.name} if self.name else {})
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> BenchModel:
-        d = mapping(data, where)
-        name = d.get("name", "")
-        return cls(
-            file=typed(d, "file", str, where),
-            n_layer=typed(d, "n_layer", int, where),
-            bytes=typed(d, "bytes", int, where),
-            name=name if isinstance(name, str) else "",
-        )
 
 
 @dataclass(frozen=True, kw_only=True)

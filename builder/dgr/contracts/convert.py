@@ -7,7 +7,7 @@ nested record, `tuple[X, ...]`, `Mapping[str, X]`, `Any`. A field with a default
 wrong is a ConfigError naming where (`report.checks[3]: `passed` is str, expected <class 'bool'>`).
 
 A field's metadata can rename its key (`key`: "no-model", not a Python name) and leave it out when it is
-None (`omit_none`); see `keyed` and `OMIT_NONE`.
+None or empty (`OMIT_NONE`, `OMIT_EMPTY`); see `keyed`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ T = TypeVar("T")
 
 OMIT_NONE: Mapping[str, Any] = {"omit_none": True}
 """Field metadata: the key is left out while the value is None (and read back as None when missing)."""
+OMIT_EMPTY: Mapping[str, Any] = {"omit_empty": True}
+"""Field metadata: the key is left out while the value is empty ("", (), {}; read back as the default)."""
 
 
 def keyed(name: str) -> Mapping[str, Any]:
@@ -49,7 +51,7 @@ def to_json(record: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f, key, _ in _fields(type(record)):
         value = getattr(record, f.name)
-        if value is None and f.metadata.get("omit_none"):
+        if (value is None and f.metadata.get("omit_none")) or (not value and f.metadata.get("omit_empty")):
             continue
         out[key] = _value(value)
     return out

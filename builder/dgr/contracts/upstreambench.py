@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
+from dgr.contracts import convert
 from dgr.contracts.convert import mapping
 from dgr.contracts.fields import (
     number,
@@ -16,50 +17,27 @@ from dgr.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
-class Perplexity:
+class Perplexity(convert.Record):
     """What llama-perplexity printed: the final estimate, its error and the value after every chunk."""
 
     final: float
     error: float
     chunks: tuple[float, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"final": self.final, "error": self.error, "chunks": list(self.chunks)}
-
     @classmethod
-    def from_json(cls, data: Any, where: str) -> Perplexity:
-        d = mapping(data, where)
-        chunks = typed(d, "chunks", list, where)
-        if not chunks or not all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in chunks):
+    def from_json(cls, data: Any, where: str = "perplexity") -> Self:
+        if not convert.mapping(data, where).get("chunks"):
             raise ConfigError(f"{where}: `chunks` must be a non-empty list of numbers")
-        return cls(final=number(d, "final", where), error=number(d, "error", where), chunks=tuple(chunks))
+        return convert.from_json(cls, data, where)
 
 
 @dataclass(frozen=True, kw_only=True)
-class BenchRow:
+class BenchRow(convert.Record):
     test: str
     """llama-bench's name of the test: pp512, tg128."""
     baseline_tps: float
     patched_tps: float
     ratio: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "test": self.test,
-            "baseline_tps": self.baseline_tps,
-            "patched_tps": self.patched_tps,
-            "ratio": self.ratio,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> BenchRow:
-        d = mapping(data, where)
-        return cls(
-            test=typed(d, "test", str, where),
-            baseline_tps=number(d, "baseline_tps", where),
-            patched_tps=number(d, "patched_tps", where),
-            ratio=number(d, "ratio", where),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,27 +117,15 @@ class Comparison:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Process:
+class Process(convert.Record):
     role: str
     """"head", "server" (an RPC server) or "range" (a process holding one range of layers)."""
     what: str
     peak_rss: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "what": self.what, "peak_rss": self.peak_rss}
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> Process:
-        d = mapping(data, where)
-        return cls(
-            role=typed(d, "role", str, where),
-            what=typed(d, "what", str, where),
-            peak_rss=typed(d, "peak_rss", int, where),
-        )
-
 
 @dataclass(frozen=True, kw_only=True)
-class RpcRow:
+class RpcRow(convert.Record):
     engine: str
     """"whole" (one process), "rpc" (the whole model through RPC servers) or "ranges" (one process per
     range of layers)."""
@@ -182,37 +148,6 @@ class RpcRow:
     @property
     def max_other_rss(self) -> int:
         return max((p.peak_rss for p in self.procs if p.role != "head"), default=0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "processes": self.processes,
-            "start": self.start,
-            "wire_bytes_before_first_token": self.wire_bytes_before_first_token,
-            "wire_bytes_per_token": self.wire_bytes_per_token,
-            "ttft_s": self.ttft_s,
-            "prefill_tps": self.prefill_tps,
-            "decode_tps": self.decode_tps,
-            "same_output": self.same_output,
-            "procs": [p.to_json() for p in self.procs],
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, where: str) -> RpcRow:
-        r = mapping(data, where)
-        procs = typed(r, "procs", list, where)
-        return cls(
-            engine=typed(r, "engine", str, where),
-            processes=typed(r, "processes", int, where),
-            start=typed(r, "start", str, where),
-            wire_bytes_before_first_token=typed(r, "wire_bytes_before_first_token", int, where),
-            wire_bytes_per_token=number(r, "wire_bytes_per_token", where),
-            ttft_s=number(r, "ttft_s", where),
-            prefill_tps=number(r, "prefill_tps", where),
-            decode_tps=number(r, "decode_tps", where),
-            same_output=typed(r, "same_output", bool, where),
-            procs=tuple(Process.from_json(p, f"{where}.procs[{j}]") for j, p in enumerate(procs)),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
