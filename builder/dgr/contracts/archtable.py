@@ -49,9 +49,5 @@ class ArchsSummary(convert.Record):
 
     def in_archs(self) -> dict[ArchStatus, int]:
         """Architectures per status, as the test counted them (`crashed` is no status of its own here)."""
-        return {
-            "certified": self.certified,
-            "refused": self.refused,
-            "no-model": self.no_model_count,
-            "failed": self.failed,
-        }
+        counts = (self.certified, self.refused, self.no_model_count, self.failed)
+        return dict(zip(ARCH_STATUSES, counts, strict=False))

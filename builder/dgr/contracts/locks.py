@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar, get_args
 
 import tomli_w
 
+from dgr.contracts import convert
 from dgr.contracts.modellock import ModelLock, ModelsLock
 from dgr.contracts.tomlfields import TomlFields
 from dgr.core.fs import write_atomic
@@ -95,13 +96,7 @@ class SdistRef:
         )
 
     def to_toml(self) -> dict[str, Any]:
-        return {
-            "package": self.package,
-            "version": self.version,
-            "filename": self.filename,
-            "sha256": self.sha256,
-            "subdir": self.subdir,
-        }
+        return convert.to_json(self)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dgr.contracts import convert
 from dgr.contracts.tomlfields import TomlFields
 from dgr.errors import ConfigError
 
@@ -46,13 +47,7 @@ class ModelWheel:
         return wheel
 
     def to_toml(self) -> dict[str, Any]:
-        return {
-            "package": self.package,
-            "version": self.version,
-            "wheel": self.wheel,
-            "wheel_sha256": self.wheel_sha256,
-            "member": self.member,
-        }
+        return convert.to_json(self)
 
 
 @dataclass(frozen=True)
