@@ -1,4 +1,5 @@
-"""Typed access to a table of a lock file, recording every problem instead of stopping at the first."""
+"""Typed access to a table of a TOML file (the lock files, upstream-package/package.toml), recording every
+problem instead of stopping at the first."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class TomlFields:
         self.data: dict[str, Any] = data
 
     def _problem(self, key: str, message: str) -> None:
-        self.problems.append(f"{self.where}.{key}: {message}")
+        self.problems.append(f"{self.where}.{key}: {message}" if self.where else f"{key}: {message}")
 
     def text(self, key: str, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
         value = self.data.get(key)
@@ -53,12 +54,35 @@ class TomlFields:
             return dt.datetime.fromtimestamp(0, dt.UTC)
         return value
 
-    def strings(self, key: str) -> tuple[str, ...]:
-        value = self.data.get(key)
+    def strings(self, key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """A non-empty list of strings; `default` when the key is missing and there is one."""
+        value = self.data.get(key, list(default) if default else None)
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             self._problem(key, "expected a non-empty list of strings")
             return ()
         return tuple(value)
+
+    def optional_strings(self, key: str) -> tuple[str, ...]:
+        """A list of non-empty strings, empty when the key is missing."""
+        value = self.data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            self._problem(key, "expected a list of strings")
+            return ()
+        return tuple(value)
+
+    def nonempty_text(self, key: str) -> str:
+        value = self.data.get(key)
+        if isinstance(value, str) and not value.strip():
+            self._problem(key, "expected a non-empty string")
+            return ""
+        return self.text(key)
+
+    def positive(self, key: str) -> int:
+        value = self.data.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            self._problem(key, "expected a positive integer")
+            return 0
+        return value
 
     def table(self, key: str, *, optional: bool = False) -> TomlFields:
         value = self.data.get(key)
@@ -67,4 +91,4 @@ class TomlFields:
         elif value is None:
             self._problem(key, "missing table")
             value = {}
-        return TomlFields(value, f"{self.where}.{key}", self.problems)
+        return TomlFields(value, f"{self.where}.{key}" if self.where else key, self.problems)

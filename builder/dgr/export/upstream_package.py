@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from dgr.contracts.locks import read_toml
 from dgr.contracts.report import GROUPS, Group
+from dgr.contracts.tomlfields import TomlFields
 from dgr.errors import ConfigError, GitError
 from dgr.git import gitops
 
@@ -98,46 +99,6 @@ class Config:
         return "core"
 
 
-def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
-    """The table `key` of `data`; a missing or mistyped one reads as empty (its keys are then reported)."""
-    value = data.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _text(data: dict[str, Any], key: str, where: str, problems: list[str]) -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value.strip():
-        problems.append(f"{where}{key}: expected a non-empty string")
-        return ""
-    return value
-
-
-def _number(data: dict[str, Any], key: str, where: str, problems: list[str]) -> int:
-    value = data.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        problems.append(f"{where}{key}: expected a positive integer")
-        return 0
-    return value
-
-
-def _strings(
-    data: dict[str, Any], key: str, where: str, problems: list[str], default: tuple[str, ...] = ()
-) -> tuple[str, ...]:
-    value = data.get(key, list(default) if default else None)
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        problems.append(f"{where}{key}: expected a non-empty list of strings")
-        return ()
-    return tuple(value)
-
-
-def _optional_strings(data: dict[str, Any], key: str, where: str, problems: list[str]) -> tuple[str, ...]:
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        problems.append(f"{where}{key}: expected a list of strings")
-        return ()
-    return tuple(value)
-
-
 def title_problems(title: str) -> list[str]:
     """Why `title` is not a pull request title in upstream's form (empty: it is one)."""
     found = []
@@ -148,30 +109,31 @@ def title_problems(title: str) -> list[str]:
     return found
 
 
-def _upstream(data: dict[str, Any], problems: list[str]) -> UpstreamConventions:
-    where = "upstream."
-    per_hour = data.get("review_lines_per_hour")
+def _upstream(fields: TomlFields) -> UpstreamConventions:
+    per_hour = fields.data.get("review_lines_per_hour")
     if (
         not isinstance(per_hour, list)
         or len(per_hour) != 2
         or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in per_hour)
         or per_hour[0] > per_hour[1]
     ):
-        problems.append(f"{where}review_lines_per_hour: expected [low, high], two positive integers")
+        fields.problems.append(
+            f"{fields.where}.review_lines_per_hour: expected [low, high], two positive integers"
+        )
         per_hour = [1, 1]
     return UpstreamConventions(
-        pr_template=_text(data, "pr_template", where, problems),
-        kept_section=_text(data, "kept_section", where, problems),
-        submitter_section=_text(data, "submitter_section", where, problems),
-        facts_section=_text(data, "facts_section", where, problems),
-        ci_readme=_text(data, "ci_readme", where, problems),
-        contributing=_text(data, "contributing", where, problems),
-        agents=_text(data, "agents", where, problems),
+        pr_template=fields.nonempty_text("pr_template"),
+        kept_section=fields.nonempty_text("kept_section"),
+        submitter_section=fields.nonempty_text("submitter_section"),
+        facts_section=fields.nonempty_text("facts_section"),
+        ci_readme=fields.nonempty_text("ci_readme"),
+        contributing=fields.nonempty_text("contributing"),
+        agents=fields.nonempty_text("agents"),
         review_lines_per_hour=(per_hour[0], per_hour[1]),
-        feature_issue=_number(data, "feature_issue", where, problems),
-        rpc_issue=_number(data, "rpc_issue", where, problems),
-        api_changelog_issue=_number(data, "api_changelog_issue", where, problems),
-        perplexity_text=_text(data, "perplexity_text", where, problems),
+        feature_issue=fields.positive("feature_issue"),
+        rpc_issue=fields.positive("rpc_issue"),
+        api_changelog_issue=fields.positive("api_changelog_issue"),
+        perplexity_text=fields.nonempty_text("perplexity_text"),
     )
 
 
@@ -181,21 +143,22 @@ def _pulls(raw: Any, series: list[str], problems: list[str]) -> tuple[Pull, ...]
         return ()
     pulls: list[Pull] = []
     for i, entry in enumerate(raw):
-        where = f"pulls[{i}]."
+        where = f"pulls[{i}]"
         if not isinstance(entry, dict):
-            problems.append(f"pulls[{i}]: expected a table")
+            problems.append(f"{where}: expected a table")
             continue
-        branch = _text(entry, "branch", where, problems)
+        fields = TomlFields(entry, where, problems)
+        branch = fields.nonempty_text("branch")
         if branch and not BRANCH_FORM.match(branch):
-            problems.append(f"{where}branch: {branch!r} is not a plain branch name")
-        title = _text(entry, "title", where, problems)
+            problems.append(f"{where}.branch: {branch!r} is not a plain branch name")
+        title = fields.nonempty_text("title")
         if title:
-            problems += [f"{where}title: {p}" for p in title_problems(title)]
+            problems += [f"{where}.title: {p}" for p in title_problems(title)]
         why = entry.get("why", "")
         if not isinstance(why, str):
-            problems.append(f"{where}why: expected a string")
+            problems.append(f"{where}.why: expected a string")
             why = ""
-        pulls.append(Pull(i + 1, branch, title, _strings(entry, "patches", where, problems), why.strip()))
+        pulls.append(Pull(i + 1, branch, title, fields.strings("patches"), why.strip()))
     listed = [p for pull in pulls for p in pull.patches]
     if listed != series and all(pull.patches for pull in pulls):
         problems.append(
@@ -220,21 +183,22 @@ def load_config(path: Path, series: list[str]) -> Config:
         problems.append("concerns: expected an array of tables ([[concerns]]), one per patch")
         raw = []
     for i, entry in enumerate(raw):
-        where = f"concerns[{i}]."
+        where = f"concerns[{i}]"
         if not isinstance(entry, dict):
-            problems.append(f"concerns[{i}]: expected a table")
+            problems.append(f"{where}: expected a table")
             continue
-        text = _text(entry, "verify_group", where, problems)
+        fields = TomlFields(entry, where, problems)
+        text = fields.nonempty_text("verify_group")
         group = CONFORMANCE_GROUPS.get(text)
         if text and group is None:
-            problems.append(f"{where}verify_group: {text!r} is not one of {', '.join(CONFORMANCE_GROUPS)}")
+            problems.append(f"{where}.verify_group: {text!r} is not one of {', '.join(CONFORMANCE_GROUPS)}")
         concerns.append(
             Concern(
-                _text(entry, "patch", where, problems),
-                _text(entry, "title", where, problems),
+                fields.nonempty_text("patch"),
+                fields.nonempty_text("title"),
                 group or "ownership",  # only when a problem is reported: the config is refused
-                _strings(entry, "paths", where, problems),
-                _optional_strings(entry, "notes", where, problems),
+                fields.strings("paths"),
+                fields.optional_strings("notes"),
             )
         )
     names = [c.patch for c in concerns]
@@ -243,17 +207,18 @@ def load_config(path: Path, series: list[str]) -> Config:
         f"concerns: no concern declares patch {n} (in series/series)" for n in series if n not in names
     ]
     problems += [f"concerns: {n} is not in series/series" for n in names if n and n not in series]
+    top = TomlFields(data, "", problems)
     config = Config(
         path,
-        _strings(data, "deny_words", "", problems),
-        _optional_strings(data, "drop_trailers", "", problems),
-        _strings(data, "api_headers", "", problems, DEFAULT_API_HEADERS),
-        _upstream(_table(data, "upstream"), problems),
+        top.strings("deny_words"),
+        top.optional_strings("drop_trailers"),
+        top.strings("api_headers", DEFAULT_API_HEADERS),
+        _upstream(top.table("upstream", optional=True)),
         _pulls(data.get("pulls"), series, problems),
         tuple(sorted(concerns, key=lambda c: series.index(c.patch) if c.patch in series else len(series))),
-        _optional_strings(_table(data, "discussion"), "questions", "discussion.", problems),
-        _strings(data, "mechanical_paths", "", problems, DEFAULT_MECHANICAL_PATHS),
-        _strings(data, "test_paths", "", problems, DEFAULT_TEST_PATHS),
+        top.table("discussion", optional=True).optional_strings("questions"),
+        top.strings("mechanical_paths", DEFAULT_MECHANICAL_PATHS),
+        top.strings("test_paths", DEFAULT_TEST_PATHS),
     )
     if problems:
         raise ConfigError(
