@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dgr.contracts.report import GROUPS, Group, Report
 from dgr.core.digest import sha256_bytes
-from dgr.core.fs import write_atomic
+from dgr.core.fs import read_or_refuse, write_atomic
 from dgr.core.paths import Cache
 from dgr.errors import ConfigError, VerifyError
 
@@ -45,17 +45,7 @@ def load_passing(cache: Cache, digest: str, hint: str = VERIFY_HINT) -> Stored:
     """The report of `digest`; VerifyError unless it exists, is well-formed, passed and covers every group."""
     rel = name(digest)
     path = cache.root / rel
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise VerifyError(
-            "there is no verify report for the current inputs",
-            expected=str(path),
-            actual="missing",
-            hint=hint,
-        ) from None
-    except OSError as exc:
-        raise VerifyError(f"{path}: unreadable ({exc})", hint=hint) from exc
+    raw = read_or_refuse(path, "there is no verify report for the current inputs", hint, VerifyError)
     try:
         report = Report.from_json(json.loads(raw), str(path))
     except ValueError as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dgr.core import log
 from dgr.core.digest import sha256_file
-from dgr.errors import ConfigError
+from dgr.errors import ConfigError, DgrError
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -135,3 +135,13 @@ def writable_dir(path: Path, what: str) -> None:
             f"{what} {path}: cannot write there ({problem})",
             hint=f"point {what} at a directory you can write to",
         )
+
+
+def read_or_refuse(path: Path, missing: str, hint: str, error: type[DgrError]) -> bytes:
+    """The bytes of `path`; `error` when it is missing (`missing` says what is not there) or unreadable."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise error(missing, expected=str(path), actual="missing", hint=hint) from None
+    except OSError as exc:
+        raise error(f"{path}: unreadable ({exc})", hint=hint) from exc

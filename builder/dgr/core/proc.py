@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from dgr.core import log
 from dgr.errors import DgrError
@@ -141,7 +141,7 @@ def stream(
                         last_shown = now
             returncode = child.wait()
         except BaseException:
-            _stop(child)
+            stop(child)
             raise
     if _interrupted(returncode):
         # the Ctrl-C reached the child first: treat it as ours, whenever Python sees it
@@ -155,7 +155,8 @@ def stream(
     return list(tail)
 
 
-def _stop(child: subprocess.Popen[str]) -> None:
+def stop(child: subprocess.Popen[Any]) -> None:
+    """Terminate `child` if it still runs; kill it when it has not exited 10 s later."""
     if child.poll() is not None:
         return
     child.terminate()

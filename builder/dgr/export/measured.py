@@ -18,6 +18,7 @@ from pathlib import Path
 from dgr.contracts.bench import Machine
 from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.core.digest import sha256_bytes
+from dgr.core.fs import read_or_refuse
 from dgr.errors import ConfigError, VerifyError
 
 __all__ = ["BENCH_HINT", "Comparison", "Measured", "Rpc", "load"]
@@ -44,17 +45,8 @@ class Measured:
 
 def load(path: Path, digest: str) -> Measured:
     """The bench result at `path`, if it measured the inputs `digest` with `--rpc`; VerifyError otherwise."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise VerifyError(
-            "there is no bench result with the comparisons upstream asks for (perplexity, llama-bench, RPC)",
-            expected=str(path),
-            actual="missing",
-            hint=BENCH_HINT,
-        ) from None
-    except OSError as exc:
-        raise VerifyError(f"{path}: unreadable ({exc})", hint=BENCH_HINT) from exc
+    absent = "there is no bench result with the comparisons upstream asks for (perplexity, llama-bench, RPC)"
+    raw = read_or_refuse(path, absent, BENCH_HINT, VerifyError)
     try:
         data = json.loads(raw)
         if not isinstance(data, dict):

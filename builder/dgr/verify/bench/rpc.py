@@ -214,13 +214,7 @@ def _rpc_run(
         rss = [peak_rss(s.pid) for s in servers]
     finally:
         for server in servers:
-            if server.poll() is None:
-                server.terminate()
-                try:
-                    server.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    server.kill()
-                    server.wait()
+            proc.stop(server)
             for stream in (server.stdin, server.stdout):
                 if stream is not None:
                     stream.close()
