@@ -1,8 +1,8 @@
 """`dgr check [--json] [--no-style]`: exit 0 when clean, 7 with findings, 8 when something cannot be read.
 
 Besides the series, the patches and the locks, it applies the series (and every port) on its upstream and
-runs `git diff --check` and `git clang-format` on the commit of each patch (dgr.maintain.style),
-unless --no-style."""
+runs `git diff --check` and `git clang-format` on the commit of each patch (dgr.maintain.style), and the
+rewrite rule of each generated patch on the tree it applies to (dgr.maintain.rules), unless --no-style."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 
 from dgr.core.paths import Context
 from dgr.errors import EXIT_OK, LintError
-from dgr.maintain import lint, style
+from dgr.maintain import lint, rules, style
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,9 +22,9 @@ def run(args: argparse.Namespace) -> int:
             findings += [
                 lint.LintFinding(
                     view.rel(view.patches_dir / f.patch) if f.patch else "locks/upstream.toml",
-                    "style",
+                    f.kind,
                     f.problem,
-                    style.FIX_HINT,
+                    style.FIX_HINT if f.kind == "style" else rules.REGENERATE_HINT,
                 )
                 for f in style.check(ctx, view, args.mirror)
             ]

@@ -23,7 +23,9 @@ STATUS_HINT = (
 )
 
 
-FindingKind = Literal["lock", "missing", "unused", "duplicate", "unparsable", "digest", "message", "style"]
+FindingKind = Literal[
+    "lock", "missing", "unused", "duplicate", "unparsable", "digest", "message", "style", "generated"
+]
 
 
 @dataclass(frozen=True)

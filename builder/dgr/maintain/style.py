@@ -14,12 +14,14 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from dgr.contracts import locks
 from dgr.core import log, proc
 from dgr.core.paths import Context, Repo
 from dgr.errors import ConfigError
 from dgr.git import apply, gitops
+from dgr.maintain import rules
 from dgr.sources.upstream import obtain, select
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -35,6 +37,8 @@ FIX_HINT = (
 class StyleFinding:
     patch: str
     problem: str
+    kind: Literal["style", "generated"] = "style"
+    """generated: the patch's mechanical part is not its rule's output (dgr.maintain.rules)."""
 
 
 def _added_lines(worktree: Path, parent: str, commit: str) -> dict[str, set[int]]:
@@ -138,10 +142,12 @@ def _tool(name: str) -> Path:
 
 
 def check(ctx: Context, repo: Repo, mirror: Path | None = None) -> list[StyleFinding]:
-    """Apply the series on the pin and check the commit of each patch."""
+    """Apply the series on the pin and check the commit of each patch; the generated patches also against
+    their rule's output."""
     refs = apply.verified_series(repo)
     if not refs:
         return []
+    generated = {g.patch: g for g in rules.load(repo)} if repo.port is None else {}
     upstream_lock = locks.load_upstream(ctx.repo.locks_dir)
     spec = None
     if repo.port is not None:
@@ -176,5 +182,14 @@ def check(ctx: Context, repo: Repo, mirror: Path | None = None) -> list[StyleFin
                     formatted.stdout, _added_lines(worktree, parent, commit)
                 ):
                     findings.append(StyleFinding(name, problem))
+                if name in generated:
+                    with apply.temp_worktree(upstream.repo, parent, tmp / f"rule-{name}") as before:
+                        rule_finding = rules.check_commit(repo, generated.pop(name), before, commit)
+                    if rule_finding is not None:
+                        findings.append(StyleFinding(name, rule_finding.problem, "generated"))
                 parent = commit
+    series = [ref.name for ref in refs]
+    findings += [
+        StyleFinding(f.patch, f.problem, "generated") for f in rules.missing(list(generated.values()), series)
+    ]
     return findings
