@@ -21,7 +21,7 @@ def isolated(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest
         def no_build(*args: object, **kwargs: object) -> list[str]:
             raise AssertionError(f"unit test tried to run a real build: {args}")
 
-        monkeypatch.setattr("dgr.proc.stream", no_build)
+        monkeypatch.setattr("dgr.core.proc.stream", no_build)
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgr.contracts import GROUPS
+from dgr.contracts.report import GROUPS
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -173,10 +173,10 @@ def make_repo(path: Path, upstream: FakeUpstream, patches: dict[str, str]) -> Pa
 
 
 def write_manifest(repo: Path) -> None:
-    from dgr import manifest
-    from dgr.paths import Repo
+    from dgr.core.paths import Repo
+    from dgr.series import patchmanifest
 
-    manifest.write(Repo(repo), manifest.compute(Repo(repo)))
+    patchmanifest.write(Repo(repo), patchmanifest.compute(Repo(repo)))
 
 
 def flip_byte(path: Path, offset: int = -2) -> None:

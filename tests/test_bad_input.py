@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dgr import editing, gitops
 from dgr.cli import main
 from dgr.commands.generate import check_fits
+from dgr.core.paths import Repo
 from dgr.errors import UsageError
-from dgr.paths import Repo
-from dgr.verify import synth
-from dgr.verify.pipeline import Pipeline, StepResult
+from dgr.git import gitops
+from dgr.maintain import editing
+from dgr.verify.models import synth
+from dgr.verify.wire.pipeline import Pipeline, StepResult
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:

@@ -6,10 +6,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from dgr import build, buildplan, patchfile
+from dgr.builds import build, buildplan
+from dgr.builds.cmake import Compiler, Toolchain
 from dgr.cli import main
-from dgr.cmake import Compiler, Toolchain
-from dgr.paths import Context
+from dgr.core.paths import Context
+from dgr.series import patchfile
 
 from tests.helpers import FIXTURES, write_manifest
 

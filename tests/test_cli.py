@@ -11,8 +11,8 @@ import platformdirs
 import pytest
 from dgr import errors
 from dgr.cli import main
-from dgr.contracts import GROUPS
-from dgr.paths import find_cache_root, find_repo_root
+from dgr.contracts.report import GROUPS
+from dgr.core.paths import find_cache_root, find_repo_root
 
 from tests.helpers import ROOT
 

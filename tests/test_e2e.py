@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import tomli_w
-from dgr.digest import sha256_file
+from dgr.core.digest import sha256_file
 
 from tests.helpers import FIXTURES, ROOT, flip_byte, git, run_dgr, write_manifest
 

@@ -1,6 +1,6 @@
 """`dgr bench --rpc`'s measurements beside upstream's tools, as far as they run without a build: the output
 of upstream's tools parsed (fake tools print what the real ones print), the result read back by the export
-(dgr.measured) exactly as the bench writes it."""
+(dgr.export.measured) exactly as the bench writes it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from dgr import measured
-from dgr.errors import DgrError
+from dgr.errors import BenchError
+from dgr.export import measured
 from dgr.verify.bench import quality, rpc
 
 PERPLEXITY_OUT = (
@@ -93,16 +93,16 @@ def test_a_different_perplexity_is_reported_as_such(tmp_path: Path) -> None:
 
 
 def test_output_without_a_final_estimate_is_an_error() -> None:
-    with pytest.raises(DgrError, match="printed no final estimate"):
+    with pytest.raises(BenchError, match="printed no final estimate"):
         quality.perplexity_of("perplexity: tokenizing the input ..\n")
-    with pytest.raises(DgrError, match="printed no JSON"):
+    with pytest.raises(BenchError, match="printed no JSON"):
         quality.bench_of("error: failed to load model\n")
 
 
 def test_the_speeds_llama_completion_prints_are_parsed() -> None:
     assert rpc._perf(PERF, "prompt eval") == 116.40
     assert rpc._perf(PERF, "eval") == 73.78
-    with pytest.raises(DgrError, match="printed no `eval time` line"):
+    with pytest.raises(BenchError, match="printed no `eval time` line"):
         rpc._perf("load time = 1 ms\n", "eval")
 
 
@@ -112,7 +112,7 @@ def test_a_tool_without_its_impl_library_runs_against_its_build_tree(tmp_path: P
     (build / "bin").mkdir(parents=True)
     (bin_dir / "llama-bench").write_bytes(b"\x7fELF ... libllama-bench-impl.so ...")
     quality.tool_env.cache_clear()
-    with pytest.raises(DgrError, match=r"lacks libllama-bench-impl\.so"):
+    with pytest.raises(BenchError, match=r"lacks libllama-bench-impl\.so"):
         quality.tool_env(bin_dir, "llama-bench", None)
     (build / "bin" / "libllama-bench-impl.so").write_bytes(b"")
     quality.tool_env.cache_clear()

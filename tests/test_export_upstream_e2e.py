@@ -32,8 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dgr import buildplan, gitops, locks, package
-from dgr.paths import Context
+from dgr.builds import buildplan
+from dgr.contracts import locks
+from dgr.core.paths import Context
+from dgr.export import upstream_package
+from dgr.git import gitops
 
 from tests import helpers
 from tests.helpers import ROOT, git, run_dgr
@@ -150,10 +153,12 @@ def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstre
     assert files == {
         p.relative_to(two).as_posix(): p.read_bytes() for p in sorted(two.rglob("*")) if p.is_file()
     }
-    config = package.load_config(repo / "upstream-package" / "package.toml", [p.name for p in plan.patches])
+    config = upstream_package.load_config(
+        repo / "upstream-package" / "package.toml", [p.name for p in plan.patches]
+    )
     for name, data in files.items():
         if name.endswith(".md"):
-            assert package.scan_package(name, data.decode(), config.deny_words) == []
+            assert upstream_package.scan_package(name, data.decode(), config.deny_words) == []
             assert str(tmp_path) not in data.decode()
     # one stacked pull request per patch, each with its bundle and its description; the manifest covers all
     assert [p.patches for p in config.pulls] == [(p.name,) for p in plan.patches]
@@ -180,7 +185,7 @@ def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstre
     added = [
         line for line in git(clone, "diff", plan.pin.commit, branch).splitlines() if line.startswith("+")
     ]
-    deny = package.deny_pattern(config.deny_words)
+    deny = upstream_package.deny_pattern(config.deny_words)
     assert not deny.search(commits)
     assert [line for line in added if deny.search(line)] == []
     assert "Upstream-Status" not in commits

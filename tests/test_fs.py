@@ -6,8 +6,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from dgr.core.fs import publish_dir, remove_dir, verified_cached, writable_dir
 from dgr.errors import ConfigError
-from dgr.fs import publish_dir, remove_dir, verified_cached, writable_dir
 
 
 def filled(path: Path, text: str) -> Path:

@@ -1,8 +1,10 @@
-"""One import package, layers pointing one way.
+"""One import package, its subsystems pointing one way.
 
-`builder/` installs as `dgr` and `verify/` as `dgr.verify` (nothing else is importable); imports go
-commands (dgr.commands.*, reached from dgr.cli) -> the series manager modules and the harness (dgr.verify)
--> the core. Read from the source with `ast`, so a new import that breaks the direction fails here.
+builder/ is the source root of `dgr` (the src layout, with builder/ for src/): the import path is the file
+path, `dgr.core.log` is builder/dgr/core/log.py, so mypy and any path-based tool follow the imports as they
+are. verify/ holds the layer worker's C++ sources (a CMake project the build locates by path), no Python.
+The subsystems, and which it may import, are SUBSYSTEMS below; read from the source with `ast`, so a new
+import that breaks the direction fails here.
 """
 
 from __future__ import annotations
@@ -18,21 +20,47 @@ import pytest
 
 from tests.helpers import ROOT
 
-CORE = {"dgr.errors", "dgr.log", "dgr.proc", "dgr.paths", "dgr.fs", "dgr.digest", "dgr.contracts"}
-"""Errors, logging, the subprocess wrapper, paths, file-system helpers, digests, the typed contracts."""
-TOP = {"dgr": ROOT / "builder", "dgr.verify": ROOT / "verify"}
+SOURCE = ROOT / "builder"
+
+CORE = {"core"}
+MANAGER_BASE = CORE | {"contracts"}
+SUBSYSTEMS: dict[str, set[str]] = {
+    # errors, logging, the subprocess wrapper, paths, file-system helpers, digests
+    "core": set(),
+    # the records that cross subsystems: verify report, build manifest, bench result, the lock files
+    "contracts": CORE,
+    # the files of the series: order file, mails, the patch manifest
+    "series": MANAGER_BASE,
+    # gitpython and `git am`
+    "git": MANAGER_BASE | {"series"},
+    # verified downloads, the upstream repository, the model
+    "sources": MANAGER_BASE | {"git"},
+    # plan, apply + configure + ninja, artifacts, the cache of builds and reports
+    "builds": MANAGER_BASE | {"series", "git", "sources"},
+    # dgr check, edit / export-patches, rebase-check, pin --to
+    "maintain": MANAGER_BASE | {"series", "git", "sources", "builds"},
+    # export-upstream
+    "export": MANAGER_BASE | {"series", "git", "sources", "builds"},
+    # the harness: the protocol, what checks run against, the checks, the measurements
+    "verify": CORE,
+    "verify.wire": CORE,
+    "verify.models": MANAGER_BASE,
+    "verify.checks": MANAGER_BASE | {"verify.wire", "verify.models"},
+    "verify.bench": MANAGER_BASE | {"verify.wire", "verify.models"},
+    # one module per command: anything but the entry
+    "commands": set(),
+    # argparse and dispatch
+    "entry": MANAGER_BASE | {"commands", "verify.checks"},
+}
+SUBSYSTEMS["commands"] = set(SUBSYSTEMS) - {"entry"}
 
 
 def module_files() -> dict[str, Path]:
-    """Module name -> file, for every module of the package (as the package-dir mapping installs it)."""
+    """Module name -> file, for every module below builder/ (the name is the path)."""
     found: dict[str, Path] = {}
-    for package, root in TOP.items():
-        for path in sorted(root.rglob("*.py")):
-            rel = path.relative_to(root).with_suffix("")
-            if "worker" in rel.parts or (package == "dgr" and rel.parts[:1] == ("verify",)):
-                continue
-            parts = [p for p in rel.parts if p != "__init__"]
-            found[".".join([package, *parts])] = path
+    for path in sorted(SOURCE.rglob("*.py")):
+        parts = [p for p in path.relative_to(SOURCE).with_suffix("").parts if p != "__init__"]
+        found[".".join(parts)] = path
     return found
 
 
@@ -54,34 +82,49 @@ def imports_of(name: str) -> set[str]:
     return found - {name}
 
 
-def layer(name: str) -> str:
-    if name in CORE:
-        return "core"
-    if name == "dgr.verify" or name.startswith("dgr.verify."):
-        return "harness"
-    if name.startswith("dgr.commands"):
-        return "commands"
-    if name in ("dgr.cli", "dgr.__main__"):
+def subsystem(name: str) -> str:
+    parts = name.split(".")
+    if name in ("dgr", "dgr.cli", "dgr.__main__"):
         return "entry"
-    return "manager"
+    if name == "dgr.errors":
+        return "core"
+    if parts[1] == "verify" and len(parts) > 2:
+        return f"verify.{parts[2]}"
+    return parts[1]
 
 
 def test_the_module_list_is_the_package() -> None:
-    assert {"dgr.cli", "dgr.commands.verify", "dgr.verify.pipeline", "dgr.verify.checks.kv"} <= set(MODULES)
-    assert set(CORE) <= set(MODULES)
+    named = {"dgr.cli", "dgr.commands.verify", "dgr.verify.wire.pipeline", "dgr.verify.checks.kv"}
+    assert named <= MODULES.keys()
+    assert {subsystem(n) for n in MODULES} == set(SUBSYSTEMS)
+    assert not list((ROOT / "verify").rglob("*.py")), "verify/ holds the worker's C++ sources only"
+
+
+def test_the_top_of_the_package_is_small() -> None:
+    top = sorted(p.name for p in (SOURCE / "dgr").glob("*.py"))
+    assert len(top) <= 10, top
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_imports_point_one_way(name: str) -> None:
-    allowed = {
-        "core": {"core"},
-        "harness": {"core", "harness"},
-        "manager": {"core", "manager"},
-        "commands": {"core", "manager", "harness"},
-        "entry": {"core", "commands", "entry"},
-    }[layer(name)]
-    wrong = sorted(f"{dep} ({layer(dep)})" for dep in imports_of(name) if layer(dep) not in allowed)
-    assert not wrong, f"{name} ({layer(name)}) may import only {sorted(allowed)}: {wrong}"
+    mine = subsystem(name)
+    allowed = SUBSYSTEMS[mine] | {mine}
+    wrong = sorted(f"{dep} ({subsystem(dep)})" for dep in imports_of(name) if subsystem(dep) not in allowed)
+    assert not wrong, f"{name} ({mine}) may import only {sorted(allowed)}: {wrong}"
+
+
+def test_the_directions_have_no_cycle() -> None:
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"cycle: {' -> '.join((*path, name))}"
+        if name not in done:
+            for dep in SUBSYSTEMS[name] - {name}:
+                visit(dep, (*path, name))
+            done.add(name)
+
+    for name in SUBSYSTEMS:
+        visit(name, ())
 
 
 def test_only_the_cli_reaches_the_commands() -> None:
@@ -92,11 +135,12 @@ def test_only_the_cli_reaches_the_commands() -> None:
     assert 'importlib.import_module(f"dgr.commands.{args.module}")' in text
 
 
-def test_pyproject_installs_exactly_the_two_directories() -> None:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert config["package-dir"] == {"dgr": "builder", "dgr.verify": "verify"}
-    packages = sorted(n for n, p in MODULES.items() if p.name == "__init__.py")
-    assert sorted(config["packages"]) == packages
+def test_pyproject_installs_the_source_root() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    assert config["setuptools"]["package-dir"] == {"": "builder"}
+    assert config["setuptools"]["packages"]["find"]["where"] == ["builder"]
+    # mypy reads the package where it lies: no link tree
+    assert config["mypy"]["mypy_path"] == "builder" and config["mypy"]["packages"] == ["dgr"]
 
 
 def test_installed_distribution_has_one_top_level_name(tmp_path: Path) -> None:
@@ -113,8 +157,8 @@ def test_installed_distribution_has_one_top_level_name(tmp_path: Path) -> None:
         [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
     )
     dgr_file, verify_file, specs, top_level = result.stdout.splitlines()
-    assert Path(dgr_file) == ROOT / "builder" / "__init__.py"
-    assert Path(verify_file) == ROOT / "verify" / "__init__.py"
+    assert Path(dgr_file) == SOURCE / "dgr" / "__init__.py"
+    assert Path(verify_file) == SOURCE / "dgr" / "verify" / "__init__.py"
     assert specs == "None None"
     assert top_level == "['dgr']"
     for name in ("builder", "verify"):
@@ -126,3 +170,14 @@ def test_installed_distribution_has_one_top_level_name(tmp_path: Path) -> None:
         [sys.executable, "-m", "dgr", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert helped.returncode == 0 and helped.stdout.startswith("usage: dgr ")
+
+
+def test_every_class_name_is_unique() -> None:
+    """One name, one class: no two `Context`s, no bare `Result`."""
+    seen: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                seen.setdefault(node.name, []).append(name)
+    assert {k: v for k, v in seen.items() if len(v) > 1} == {}
+    assert "Result" not in seen and seen["Context"] == ["dgr.core.paths"]

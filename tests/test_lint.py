@@ -7,11 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
-from dgr import lint, manifest
 from dgr.cli import main
-from dgr.digest import sha256_bytes, sha256_file
-from dgr.locks import PatchManifest
-from dgr.paths import Repo
+from dgr.contracts.locks import PatchManifest
+from dgr.core.digest import sha256_bytes, sha256_file
+from dgr.core.paths import Repo
+from dgr.maintain import lint
+from dgr.series import patchmanifest
 
 from tests.helpers import WHY, flip_byte, write_manifest
 
@@ -57,7 +58,7 @@ def write_manifest_ignoring_missing(repo: Path) -> None:
     series = (repo / "series" / "series").read_bytes()
     names = [n for n in series.decode().split() if not n.startswith("#") and (repo / "patches" / n).is_file()]
     digests = {n: sha256_file(repo / "patches" / n) for n in names}
-    manifest.write(Repo(repo), PatchManifest(sha256_bytes(series), digests))
+    patchmanifest.write(Repo(repo), PatchManifest(sha256_bytes(series), digests))
 
 
 def test_unparsable_patch(repo: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from dgr import locks
+from dgr.contracts import locks
 from dgr.errors import ConfigError
 
 from tests.helpers import ROOT

@@ -6,11 +6,11 @@ import re
 from pathlib import Path
 
 import pytest
-from dgr import manifest
 from dgr.cli import main
-from dgr.digest import sha256_file
+from dgr.core.digest import sha256_file
+from dgr.core.paths import Repo
 from dgr.errors import ConfigError, IntegrityError
-from dgr.paths import Repo
+from dgr.series import patchmanifest
 
 from tests.helpers import flip_byte
 
@@ -18,7 +18,7 @@ SECOND = "readme-name-the-cann-vendor.patch"
 
 
 def test_verify_passes_and_keeps_series_order(repo: Path) -> None:
-    verified = manifest.verify(Repo(repo))
+    verified = patchmanifest.verify(Repo(repo))
     assert list(verified.patches) == [
         "docs-add-a-fixture-page.patch",
         SECOND,
@@ -32,7 +32,7 @@ def test_flipped_byte_names_file_and_both_digests(repo: Path, target: str) -> No
     before = sha256_file(path)
     flip_byte(path)
     with pytest.raises(IntegrityError) as info:
-        manifest.verify(Repo(repo))
+        patchmanifest.verify(Repo(repo))
     error = info.value
     assert error.exit_code == 3
     assert target in error.what
@@ -44,20 +44,20 @@ def test_flipped_byte_names_file_and_both_digests(repo: Path, target: str) -> No
 def test_missing_patch_is_a_config_error(repo: Path) -> None:
     (repo / "patches" / SECOND).unlink()
     with pytest.raises(ConfigError, match=f"names {SECOND}, which is not in patches/"):
-        manifest.compute(Repo(repo))
+        patchmanifest.compute(Repo(repo))
 
 
 def test_duplicate_in_series_refused(repo: Path) -> None:
     series = repo / "series" / "series"
     series.write_text(series.read_text() + SECOND + "\n")
     with pytest.raises(ConfigError, match="a second time"):
-        manifest.compute(Repo(repo))
+        patchmanifest.compute(Repo(repo))
 
 
 def test_manifest_command_rewrites_atomically(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     flip_byte(repo / "patches" / SECOND)
     assert main(["manifest"]) == 0
-    manifest.verify(Repo(repo))
+    patchmanifest.verify(Repo(repo))
     assert not list((repo / "locks").glob(".*tmp"))
     assert main(["manifest"]) == 0
     assert "up to date" in capsys.readouterr().err

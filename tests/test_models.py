@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dgr import locks, model, pypi
+from dgr.contracts import locks, modellock
+from dgr.core.paths import Cache
 from dgr.errors import ConfigError, IntegrityError
-from dgr.paths import Cache
+from dgr.sources import model, pypi
 
 from tests.helpers import ROOT
 
@@ -49,7 +50,7 @@ def test_an_unknown_model_name_lists_the_locked_ones() -> None:
 
 def written(tmp_path: Path, data: dict[str, Any]) -> list[str]:
     locks.write_toml(tmp_path / "model.toml", data)
-    return locks.problems_in(tmp_path / "model.toml", locks.ModelsLock.parse)
+    return locks.problems_in(tmp_path / "model.toml", modellock.ModelsLock.parse)
 
 
 def test_bad_entries_are_each_named_by_their_field(tmp_path: Path) -> None:
@@ -102,7 +103,7 @@ def test_a_default_that_is_no_model_and_the_old_single_model_layout(tmp_path: Pa
 # --------------------------------------------------------------------------- the assembly
 
 
-def chunk_wheel(directory: Path, n: int, data: bytes) -> tuple[locks.ModelWheel, Path]:
+def chunk_wheel(directory: Path, n: int, data: bytes) -> tuple[modellock.ModelWheel, Path]:
     """A wheel like the chunk wheels on PyPI: a package module and one data member, `data`."""
     name = f"tiny_model_part{n}"
     path = directory / f"{name}-1.0.0-py3-none-any.whl"
@@ -112,7 +113,7 @@ def chunk_wheel(directory: Path, n: int, data: bytes) -> tuple[locks.ModelWheel,
         archive.writestr(member, data)
         archive.writestr(f"{name}-1.0.0.dist-info/METADATA", f"Name: tiny-model-part{n}\nVersion: 1.0.0\n")
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    return locks.ModelWheel(f"tiny-model-part{n}", "1.0.0", path.name, sha, member), path
+    return modellock.ModelWheel(f"tiny-model-part{n}", "1.0.0", path.name, sha, member), path
 
 
 CHUNKS = [b"GGUF" + bytes(range(256)) * 40, bytes(range(255, -1, -1)) * 50, b"tail" * 333]
@@ -120,13 +121,13 @@ WHOLE = b"".join(CHUNKS)
 
 
 @pytest.fixture
-def wheels(tmp_path: Path) -> list[tuple[locks.ModelWheel, Path]]:
+def wheels(tmp_path: Path) -> list[tuple[modellock.ModelWheel, Path]]:
     directory = tmp_path / "pypi"
     directory.mkdir()
     return [chunk_wheel(directory, n, data) for n, data in enumerate(CHUNKS, start=1)]
 
 
-def lock_of(wheels: list[tuple[locks.ModelWheel, Path]], **changes: Any) -> locks.ModelLock:
+def lock_of(wheels: list[tuple[modellock.ModelWheel, Path]], **changes: Any) -> modellock.ModelLock:
     fields: dict[str, Any] = {
         "name": "tiny",
         "file": "tiny.gguf",
@@ -134,7 +135,7 @@ def lock_of(wheels: list[tuple[locks.ModelWheel, Path]], **changes: Any) -> lock
         "size": len(WHOLE),
         "wheels": tuple(w for w, _ in wheels),
     }
-    return locks.ModelLock(**(fields | changes))
+    return modellock.ModelLock(**(fields | changes))
 
 
 class FakePip:
@@ -151,7 +152,7 @@ class FakePip:
 
 
 @pytest.fixture
-def pip(monkeypatch: pytest.MonkeyPatch, wheels: list[tuple[locks.ModelWheel, Path]]) -> FakePip:
+def pip(monkeypatch: pytest.MonkeyPatch, wheels: list[tuple[modellock.ModelWheel, Path]]) -> FakePip:
     fake = FakePip({w.wheel: path for w, path in wheels})
     monkeypatch.setattr(pypi, "_pip_download", fake)
     return fake
@@ -171,7 +172,7 @@ def cache_entries(cache: Cache) -> dict[str, list[str]]:
 
 
 def test_chunks_are_assembled_in_lock_order_with_one_pip_call(
-    cache: Cache, wheels: list[tuple[locks.ModelWheel, Path]], pip: FakePip
+    cache: Cache, wheels: list[tuple[modellock.ModelWheel, Path]], pip: FakePip
 ) -> None:
     lock = lock_of(wheels)
     path = model.fetch(cache, lock)
@@ -183,10 +184,10 @@ def test_chunks_are_assembled_in_lock_order_with_one_pip_call(
 
 
 def test_a_wheel_that_does_not_match_its_digest_is_refused(
-    cache: Cache, wheels: list[tuple[locks.ModelWheel, Path]], pip: FakePip
+    cache: Cache, wheels: list[tuple[modellock.ModelWheel, Path]], pip: FakePip
 ) -> None:
     first, *rest = wheels
-    tampered = (locks.ModelWheel(**{**first[0].__dict__, "wheel_sha256": "0" * 64}), first[1])
+    tampered = (modellock.ModelWheel(**{**first[0].__dict__, "wheel_sha256": "0" * 64}), first[1])
     with pytest.raises(IntegrityError, match="does not match the lock; nothing was cached") as info:
         model.fetch(cache, lock_of([tampered, *rest]))
     assert info.value.expected == "0" * 64 and info.value.actual == first[0].wheel_sha256
@@ -194,7 +195,7 @@ def test_a_wheel_that_does_not_match_its_digest_is_refused(
 
 
 def test_an_assembly_with_another_digest_caches_nothing(
-    cache: Cache, wheels: list[tuple[locks.ModelWheel, Path]], pip: FakePip
+    cache: Cache, wheels: list[tuple[modellock.ModelWheel, Path]], pip: FakePip
 ) -> None:
     lock = lock_of(wheels, sha256="f" * 64)
     with pytest.raises(
@@ -208,7 +209,7 @@ def test_an_assembly_with_another_digest_caches_nothing(
 
 
 def test_members_longer_than_the_locked_size_stop_the_stream(
-    cache: Cache, wheels: list[tuple[locks.ModelWheel, Path]], pip: FakePip
+    cache: Cache, wheels: list[tuple[modellock.ModelWheel, Path]], pip: FakePip
 ) -> None:
     with pytest.raises(IntegrityError, match=re.escape("longer than tiny.gguf")) as info:
         model.fetch(cache, lock_of(wheels, size=len(CHUNKS[0]) + 10))
@@ -217,17 +218,20 @@ def test_members_longer_than_the_locked_size_stop_the_stream(
 
 
 def test_a_missing_member_is_named(
-    cache: Cache, wheels: list[tuple[locks.ModelWheel, Path]], pip: FakePip
+    cache: Cache, wheels: list[tuple[modellock.ModelWheel, Path]], pip: FakePip
 ) -> None:
     (spec, path), *rest = wheels
-    moved = (locks.ModelWheel(**{**spec.__dict__, "member": "tiny_model_part1/elsewhere"}), path)
+    moved = (modellock.ModelWheel(**{**spec.__dict__, "member": "tiny_model_part1/elsewhere"}), path)
     with pytest.raises(IntegrityError, match=f"{spec.wheel} has no member tiny_model_part1/elsewhere"):
         model.fetch(cache, lock_of([moved, *rest]))
     assert cache_entries(cache)["models"] == []
 
 
 def test_an_interrupted_assembly_leaves_nothing(
-    cache: Cache, wheels: list[tuple[locks.ModelWheel, Path]], pip: FakePip, monkeypatch: pytest.MonkeyPatch
+    cache: Cache,
+    wheels: list[tuple[modellock.ModelWheel, Path]],
+    pip: FakePip,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Ctrl-C in the middle of the second member: no model entry, no staging file; the next run assembles."""
     real_open = zipfile.ZipFile.open
@@ -253,7 +257,7 @@ def test_an_interrupted_assembly_leaves_nothing(
 
 
 def test_a_broken_cached_model_is_assembled_again(
-    cache: Cache, wheels: list[tuple[locks.ModelWheel, Path]], pip: FakePip
+    cache: Cache, wheels: list[tuple[modellock.ModelWheel, Path]], pip: FakePip
 ) -> None:
     lock = lock_of(wheels)
     path = model.fetch(cache, lock)
@@ -263,10 +267,10 @@ def test_a_broken_cached_model_is_assembled_again(
 
 
 def test_fetch_all_downloads_only_what_is_missing(
-    cache: Cache, tmp_path: Path, wheels: list[tuple[locks.ModelWheel, Path]], pip: FakePip
+    cache: Cache, tmp_path: Path, wheels: list[tuple[modellock.ModelWheel, Path]], pip: FakePip
 ) -> None:
     one = lock_of(wheels[:1], name="one", file="one.gguf", sha256=hashlib.sha256(CHUNKS[0]).hexdigest())
-    one = locks.ModelLock(**{**one.__dict__, "size": len(CHUNKS[0])})
+    one = modellock.ModelLock(**{**one.__dict__, "size": len(CHUNKS[0])})
     first = model.fetch(cache, one)
     both = model.fetch_all(cache, [lock_of(wheels), one])
     assert both[1] == first and both[0].read_bytes() == WHOLE
@@ -274,19 +278,22 @@ def test_fetch_all_downloads_only_what_is_missing(
 
 
 def test_dgr_fetch_model_prints_every_locked_model(
-    repo: Path, wheels: list[tuple[locks.ModelWheel, Path]], pip: FakePip, capsys: pytest.CaptureFixture[str]
+    repo: Path,
+    wheels: list[tuple[modellock.ModelWheel, Path]],
+    pip: FakePip,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`dgr fetch --model`: the upstream, then every model of the lock (the default first), each verified."""
     from dgr.cli import main
 
-    one = locks.ModelLock(
+    one = modellock.ModelLock(
         name="one",
         file="one.gguf",
         sha256=hashlib.sha256(CHUNKS[0]).hexdigest(),
         size=len(CHUNKS[0]),
         wheels=(wheels[0][0],),
     )
-    lock = locks.ModelsLock(default="tiny", models={"one": one, "tiny": lock_of(wheels)})
+    lock = modellock.ModelsLock(default="tiny", models={"one": one, "tiny": lock_of(wheels)})
     locks.write_toml(repo / "locks" / "model.toml", lock.to_toml())
     assert main(["fetch", "--model"]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from dgr import patchfile
+from dgr.series import patchfile
 
 from tests.helpers import FIXTURES
 

@@ -12,9 +12,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from dgr import buildplan, pinning
+from dgr.builds import buildplan
 from dgr.cli import main
-from dgr.paths import Context
+from dgr.core.paths import Context
+from dgr.maintain import pinning
 
 from tests.helpers import ROOT, FakeUpstream, commit_all, flip_byte, format_patch, git, message, write_report
 
@@ -276,7 +277,7 @@ def test_the_pin_itself_is_refused(
 
 def test_the_committed_locks_still_read(tmp_path: Path) -> None:
     """`dgr pin` writes locks/upstream.toml with locks.dumps: the committed file is exactly that."""
-    from dgr import locks
+    from dgr.contracts import locks
 
     lock = locks.load_upstream(ROOT / "locks")
     assert locks.dumps(lock.to_toml()) == (ROOT / "locks" / "upstream.toml").read_bytes()

@@ -8,10 +8,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from dgr import buildplan, cmakedefs, manifest
+from dgr.builds import buildplan, cmakedefs
 from dgr.cli import main
+from dgr.core.paths import Context, Repo
 from dgr.errors import IntegrityError, UsageError
-from dgr.paths import Context, Repo
+from dgr.series import patchmanifest
 
 from tests.helpers import FakeUpstream, flip_byte
 
@@ -35,7 +36,7 @@ def test_port_paths_and_manifest(repo: Path) -> None:
     assert port.manifest_file == repo / "locks" / "ports" / f"{PORT}.toml"
     text = port.manifest_file.read_text()
     assert f'file = "series/ports/{PORT}"' in text
-    assert manifest.verify(port).patches == manifest.verify(Repo(repo)).patches
+    assert patchmanifest.verify(port).patches == patchmanifest.verify(Repo(repo)).patches
 
 
 def test_check_is_clean_with_a_port_and_names_its_files(
@@ -43,7 +44,7 @@ def test_check_is_clean_with_a_port_and_names_its_files(
 ) -> None:
     port = add_port(repo)
     assert main(["check"]) == 0
-    name = next(iter(manifest.verify(port).patches))
+    name = next(iter(patchmanifest.verify(port).patches))
     flip_byte(port.patches_dir / name)
     (port.patches_dir / "stray.patch").write_text("not a patch\n")
     capsys.readouterr()
@@ -59,7 +60,7 @@ def test_a_tampered_port_is_refused_before_building(repo: Path) -> None:
     port = add_port(repo)
     flip_byte(port.series_file)
     with pytest.raises(IntegrityError, match=f"series/ports/{PORT} does not match locks/ports/{PORT}.toml"):
-        manifest.verify(port)
+        patchmanifest.verify(port)
 
 
 def test_matrix_with_only_the_pin_is_clean(

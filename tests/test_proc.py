@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from dgr.core.proc import run
+from dgr.core.proc import stream as real_stream
 from dgr.errors import BuildError
-from dgr.proc import run
-from dgr.proc import stream as real_stream  # bound before the autouse fixture blocks builds
 
 
 def test_run_failure_shows_command_code_and_indented_output() -> None:

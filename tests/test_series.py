@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dgr import series
 from dgr.errors import ConfigError
+from dgr.series import order as series
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -1,8 +1,8 @@
-"""Which hunks of `git clang-format --diff` count against a patch (dgr.style)."""
+"""Which hunks of `git clang-format --diff` count against a patch (dgr.maintain.style)."""
 
 from __future__ import annotations
 
-from dgr import style
+from dgr.maintain import style
 
 DIFF = """\
 diff --git a/src/a.cpp b/src/a.cpp

@@ -8,12 +8,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from dgr import locks, upstream
 from dgr.cli import main
-from dgr.digest import sha256_file
+from dgr.contracts import locks
+from dgr.contracts.locks import Pin, SdistRef, Source
+from dgr.core.digest import sha256_file
+from dgr.core.paths import Cache
 from dgr.errors import IntegrityError, NetworkError, UpstreamError
-from dgr.locks import Pin, SdistRef, Source
-from dgr.paths import Cache
+from dgr.sources import upstream
 
 from tests.helpers import FakeUpstream, git
 

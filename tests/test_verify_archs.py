@@ -1,8 +1,8 @@
-"""The table of test-llama-archs --layer-ranges as checks of the archs group (dgr.verify.archs)."""
+"""The table of test-llama-archs --layer-ranges as checks of the archs group (dgr.verify.checks.archs)."""
 
 from __future__ import annotations
 
-from dgr.verify import archs
+from dgr.verify.checks import archs
 
 ESC = "\x1b"
 FAIL = f"{ESC}[1;31mFAIL{ESC}[0m"

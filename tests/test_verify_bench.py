@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 import pytest
-from dgr import buildtime
+from dgr.builds import buildtime
 from dgr.commands import bench as bench_command
-from dgr.contracts import BenchResult
+from dgr.contracts.bench import BenchResult
 from dgr.errors import ConfigError
 
 from tests.helpers import ROOT

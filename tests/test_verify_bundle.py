@@ -8,8 +8,8 @@ import struct
 
 import numpy as np
 import pytest
-from dgr.verify import bundle
-from dgr.verify.bundle import BundleError
+from dgr.verify.wire import bundle
+from dgr.verify.wire.bundle import BundleError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dgr.contracts import GROUPS
+from dgr.contracts.report import GROUPS
 from dgr.errors import WorkerRequestError
-from dgr.verify import bundle, frames, prompts
-from dgr.verify.client import Context, Worker
+from dgr.verify.models import prompts
+from dgr.verify.wire import bundle, frames
+from dgr.verify.wire.client import ContextParams, Worker
 
 from tests.helpers import ROOT, run_dgr
 
@@ -248,7 +249,7 @@ def test_worker_survives_garbage_on_its_transport(worker_bin: Path, real_cache: 
     worker held before goes on as if nothing happened."""
     model = next((real_cache / "models").glob("*/SmolLM2-*.gguf"))
     with Worker(worker_bin, "garbage") as w:
-        w.load(model, context=Context())
+        w.load(model, context=ContextParams())
         first = w.request("decode", tokens=[1, 2, 3], session="s", epoch=1, pos=0, n_tokens=3).header
         w.send_raw(b"this is not a frame" * 10)
         assert w.read_reply("garbage").header["error"]["code"] == "bad_frame"
@@ -262,7 +263,7 @@ def test_worker_survives_garbage_on_its_transport(worker_bin: Path, real_cache: 
         ).header
         assert after["n_pos"] == 4
     with Worker(worker_bin, "clean") as w:
-        w.load(model, context=Context())
+        w.load(model, context=ContextParams())
         w.request("decode", tokens=[1, 2, 3], session="s", epoch=1, pos=0, n_tokens=3)
         clean = w.request(
             "decode", tokens=[first["argmax"][0]], session="s", epoch=1, pos=3, n_tokens=1
@@ -274,7 +275,7 @@ def test_worker_decoder_refuses_malformed_bundles(worker_bin: Path, real_cache: 
     model = next((real_cache / "models").glob("*/SmolLM2-*.gguf"))
     with Worker(worker_bin, "head") as head, Worker(worker_bin, "tail") as tail:
         for w, (b, e) in ((head, (0, 15)), (tail, (15, 30))):
-            w.load(model, (b, e), context=Context())
+            w.load(model, (b, e), context=ContextParams())
         fields = {"session": "s", "epoch": 1, "pos": 0, "n_tokens": 3}
         good = head.request("decode", tokens=[1, 2, 3], **fields).body
         decoded = bundle.decode(good)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 
 import pytest
-from dgr.verify import frames
-from dgr.verify.frames import Assembler, FrameError
+from dgr.verify.wire import frames
+from dgr.verify.wire.frames import Assembler, FrameError
 
 
 def read_all(data: bytes) -> list[frames.Frame]:

@@ -1,5 +1,5 @@
-"""The `graph` group (dgr.verify.graphs): the lines of layer-graphs are parsed, and the graphs of the patched
-build compared with the baseline's; a difference, or a variant built in one tree only, fails."""
+"""The `graph` group (dgr.verify.checks.graph): the lines of layer-graphs are parsed, and the graphs of the
+patched build compared with the baseline's; a difference, or a variant built in one tree only, fails."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from dgr.errors import VerifyError
-from dgr.verify import graphs
+from dgr.verify.checks import graph
 
 PP_OPS = ["GET_ROWS", "RMS_NORM", "MUL", "MUL_MAT", "ADD", "SOFT_MAX", "MUL_MAT"]
 TG_OPS = ["GET_ROWS", "RMS_NORM", "MUL", "MUL_MAT", "ADD", "MUL_MAT"]
@@ -38,7 +38,7 @@ def variant(arch: str, config: str, pp: list[str] = PP_OPS, tg: list[str] = TG_O
 
 
 def failing(arch: str, config: str, error: str) -> list[str]:
-    return [begin(arch, config), *(line(arch, config, s, error=error) for s in graphs.SHAPES)]
+    return [begin(arch, config), *(line(arch, config, s, error=error) for s in graph.SHAPES)]
 
 
 GPTJ_ERROR = "failed to create llama model: unknown model architecture: 'gptj'"
@@ -53,16 +53,16 @@ OUTPUT = "\n".join(
 LISTED = ("llama/dense", "llama/moe", "gptj/dense")
 
 
-def run_of(output: str, listed: tuple[str, ...] = LISTED) -> graphs.Run:
-    return graphs.Run(listed=listed, variants=graphs.parse(output).variants)
+def run_of(output: str, listed: tuple[str, ...] = LISTED) -> graph.Run:
+    return graph.Run(listed=listed, variants=graph.parse(output).variants)
 
 
 def by_name(patched: str, baseline: str = OUTPUT) -> dict[str, Any]:
-    return {c.name: c for c in graphs.checks(run_of(patched), run_of(baseline))}
+    return {c.name: c for c in graph.checks(run_of(patched), run_of(baseline))}
 
 
 def test_lines_are_parsed_into_variants_and_other_lines_skipped() -> None:
-    out = graphs.parse(OUTPUT)
+    out = graph.parse(OUTPUT)
     assert out.begun == LISTED
     assert list(out.variants) == list(LISTED)
     llama = out.variants["llama/dense"]
@@ -74,7 +74,7 @@ def test_lines_are_parsed_into_variants_and_other_lines_skipped() -> None:
 
 
 def test_a_variant_without_its_second_shape_is_unfinished() -> None:
-    out = graphs.parse(
+    out = graph.parse(
         "\n".join([*variant("llama", "dense"), begin("qwen2", "dense"), line("qwen2", "dense", "pp", PP_OPS)])
     )
     assert list(out.variants) == ["llama/dense"] and out.begun[-1] == "qwen2/dense"
@@ -82,12 +82,12 @@ def test_a_variant_without_its_second_shape_is_unfinished() -> None:
 
 def test_a_line_whose_ops_do_not_match_n_nodes_is_an_error() -> None:
     bad = OUTPUT.replace(f'"n_nodes": {len(PP_OPS)}', '"n_nodes": 99', 1)
-    assert "malformed" in graphs.parse(bad).variants["llama/dense"].error
+    assert "malformed" in graph.parse(bad).variants["llama/dense"].error
 
 
 def test_the_list_is_parsed() -> None:
     text = '{"arch":"llama","config":"dense"}\n{"arch":"llama","config":"moe"}\n'
-    assert graphs.parse_list(text) == ("llama/dense", "llama/moe")
+    assert graph.parse_list(text) == ("llama/dense", "llama/moe")
 
 
 def test_equal_graphs_pass_and_an_architecture_built_by_neither_tree_is_listed() -> None:
@@ -95,7 +95,7 @@ def test_equal_graphs_pass_and_an_architecture_built_by_neither_tree_is_listed()
     assert all(c.passed for c in checks.values()), [c.detail for c in checks.values() if not c.passed]
     assert checks["llama/dense"].figures["equal"] is True
     assert checks["llama/dense"].figures["n_nodes"]["pp"] == {"patched": len(PP_OPS), "baseline": len(PP_OPS)}
-    summary = checks[graphs.SUMMARY].figures
+    summary = checks[graph.SUMMARY].figures
     assert summary["variants"] == 3 and summary["compared"] == 2 and summary["equal"] == 2
     assert summary["not_built"] == {"gptj/dense": GPTJ_ERROR} and summary["failed"] == []
 
@@ -112,7 +112,7 @@ def test_one_op_changed_fails_with_the_first_differing_index() -> None:
         "pp": {"what": "op", "index": 5, "patched": "SOFT_MAX_EXT", "baseline": "SOFT_MAX"}
     }
     assert checks["llama/moe"].passed
-    summary = checks[graphs.SUMMARY]
+    summary = checks[graph.SUMMARY]
     assert (
         not summary.passed and summary.figures["equal"] == 1 and summary.figures["failed"] == ["llama/dense"]
     )
@@ -162,13 +162,13 @@ def test_different_models_are_not_compared() -> None:
 
 def test_a_variant_only_one_generator_has_fails() -> None:
     extra = OUTPUT + "\n" + "\n".join(variant("qwen3", "dense"))
-    checks = {c.name: c for c in graphs.checks(run_of(extra, (*LISTED, "qwen3/dense")), run_of(OUTPUT))}
+    checks = {c.name: c for c in graph.checks(run_of(extra, (*LISTED, "qwen3/dense")), run_of(OUTPUT))}
     assert not checks["qwen3/dense"].passed and "only the patched generator" in checks["qwen3/dense"].detail
 
 
 def test_nothing_compared_fails_the_summary() -> None:
     only_gptj = "\n".join(failing("gptj", "dense", GPTJ_ERROR))
-    checks = graphs.checks(run_of(only_gptj, ("gptj/dense",)), run_of(only_gptj, ("gptj/dense",)))
+    checks = graph.checks(run_of(only_gptj, ("gptj/dense",)), run_of(only_gptj, ("gptj/dense",)))
     assert not checks[-1].passed and "no architecture variant was built in both trees" in checks[-1].detail
 
 
@@ -205,7 +205,7 @@ for n in sys.argv[1:] or LISTED:
 
 
 def test_a_crash_is_recorded_and_the_variants_after_it_run_again(tmp_path: Path) -> None:
-    ran = graphs.run(fake_program(tmp_path, crash_on="llama/moe"))
+    ran = graph.run(fake_program(tmp_path, crash_on="llama/moe"))
     assert ran.listed == LISTED and not ran.problems
     assert ran.variants["llama/dense"].built and ran.variants["gptj/dense"].built
     crashed = ran.variants["llama/moe"]
@@ -214,13 +214,13 @@ def test_a_crash_is_recorded_and_the_variants_after_it_run_again(tmp_path: Path)
 
 
 def test_a_clean_run_has_every_variant(tmp_path: Path) -> None:
-    ran = graphs.run(fake_program(tmp_path, crash_on=None))
+    ran = graph.run(fake_program(tmp_path, crash_on=None))
     assert [n for n, v in ran.variants.items() if v.built] == list(LISTED) and not ran.problems
 
 
 def test_a_build_without_the_program_is_a_verify_error(tmp_path: Path) -> None:
     with pytest.raises(VerifyError, match="has no layer-graphs"):
-        graphs.run(tmp_path / "bin" / "layer-graphs")
+        graph.run(tmp_path / "bin" / "layer-graphs")
 
 
 def test_a_difference_in_the_prompt_with_its_last_output_only_fails() -> None:

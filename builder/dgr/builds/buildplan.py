@@ -1,0 +1,192 @@
+"""Steps 1 and 2 of `dgr build`: what a build depends on, known before any tree is touched.
+
+The series and every patch are verified against their manifest first (before anything is parsed or
+built); then the inputs digest is computed over the canonical JSON of everything the build depends on
+(see docs/DESIGN.md, "Inputs digest"), with the CMake definitions of dgr.cmakedefs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from dgr.builds.cmake import Toolchain
+from dgr.builds.cmakedefs import llama_definitions, worker_definitions
+from dgr.contracts import locks
+from dgr.core import log
+from dgr.core.digest import sha256_canonical, sha256_file
+from dgr.core.paths import Context
+from dgr.errors import UsageError
+from dgr.git import apply
+from dgr.series import patchfile
+from dgr.sources.upstream import select
+
+INPUTS_FORMAT = 3
+"""2: the upstream as commit, tree and date (not the text of locks/upstream.toml), no manifest text;
+3: the series as the patches in order (names and digests), not the text of the order file (its comments)."""
+# tests/CMakeLists.txt: `llama_build_and_test(<file>.cpp [NAME n] ...)` builds a target and registers its
+# test, `llama_test(<target> [NAME n] ...)` registers a test of a target built otherwise
+_NATIVE_TEST = re.compile(r"\b(llama_build_and_test|llama_test)\s*\(([^)]*)\)")
+
+
+@dataclass(frozen=True)
+class Request:
+    upstream_only: bool = False
+    mirror: Path | None = None
+    upstream: str | None = None
+    """A locked rebase target to build on instead of the pin (None: the pin)."""
+    sanitize: tuple[str, ...] = ()
+    """Sanitizers to build with: "address", "undefined" (llama.cpp, ggml and the worker)."""
+    prefix: int | None = None
+    """Build the first `prefix` patches of the series only (None: all of it)."""
+    tools: bool = False
+    """Also build upstream's tools (locks/toolchain.toml [toolchain.tools]): perplexity, bench, RPC server."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """Everything the build depends on, known before any tree is touched."""
+
+    request: Request
+    upstream_lock: locks.UpstreamLock
+    pin: locks.Pin
+    sources: tuple[locks.Source, ...]
+    toolchain_lock: locks.ToolchainLock
+    toolchain: Toolchain
+    patches: tuple[apply.PatchRef, ...]
+    native_tests: tuple[str, ...]
+    """The CTest names of the tests the patches add."""
+    native_targets: tuple[str, ...]
+    """The executables those tests run."""
+    tool_targets: tuple[str, ...] = ()
+    """Upstream's tools, for `--tools` builds."""
+    worker_files: dict[str, str]
+    inputs: dict[str, Any]
+    digest: str
+
+    @property
+    def targets(self) -> list[str]:
+        return [*self.toolchain_lock.base_targets, *self.native_targets, *self.tool_targets]
+
+    @property
+    def flavor(self) -> str:
+        flavor = "upstream-only" if self.request.upstream_only else "patched"
+        return (
+            flavor
+            + "".join(f"+{s}" for s in self.request.sanitize)
+            + ("+tools" if self.request.tools else "")
+        )
+
+
+def native_test_targets(patches: list[patchfile.Patch]) -> tuple[tuple[str, str], ...]:
+    """(test name, target) of every test the patches add to tests/CMakeLists.txt."""
+    found: list[tuple[str, str]] = []
+    for patch in patches:
+        diff = patch.file("tests/CMakeLists.txt")
+        if diff is None:
+            continue
+        added = "\n".join(line.split("#", 1)[0] for line in diff.added)
+        for match in _NATIVE_TEST.finditer(added):
+            args = match.group(2).split()
+            if not args:
+                continue
+            target = Path(args[0]).stem if match.group(1) == "llama_build_and_test" else args[0]
+            name = args[args.index("NAME") + 1] if "NAME" in args[:-1] else target
+            found.append((name, target))
+    return tuple(dict.fromkeys(found))
+
+
+def native_tests(patches: list[patchfile.Patch]) -> tuple[str, ...]:
+    """The CTest names of the tests the patches add."""
+    return tuple(name for name, _ in native_test_targets(patches))
+
+
+def _worker_files(ctx: Context) -> dict[str, str]:
+    root = ctx.repo.worker_dir
+    if not (root / "CMakeLists.txt").is_file():
+        return {}
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+SANITIZERS = ("address", "undefined")
+
+
+def parse_sanitizers(text: str | None) -> tuple[str, ...]:
+    """`address,undefined` -> ("address", "undefined"); UsageError on anything else."""
+    if not text:
+        return ()
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in SANITIZERS]
+    if unknown or not names:
+        raise UsageError(
+            f"unknown sanitizer(s) in --sanitize {text!r}", hint=f"choose from {', '.join(SANITIZERS)}"
+        )
+    return tuple(n for n in SANITIZERS if n in names)
+
+
+def plan(ctx: Context, request: Request) -> Plan:
+    """Steps 1 and 2: verify the manifest (before anything else) and compute the inputs digest."""
+    upstream_lock = locks.load_upstream(ctx.repo.locks_dir)
+    pin, sources = select(upstream_lock, request.upstream)
+    # on a rebase target with a port of the series, the port is built
+    target = upstream_lock.rebase_targets.get(request.upstream or "")
+    repo = ctx.repo.for_port(target.port if target else None)
+    patch_refs: list[apply.PatchRef] = []
+    parsed: list[patchfile.Patch] = []
+    if not request.upstream_only:
+        with log.step(f"verify series and patches against {repo.rel(repo.manifest_file)}"):
+            patch_refs = apply.verified_series(repo)
+            log.detail(f"{len(patch_refs)} patch(es), all digests match")
+        if request.prefix is not None:
+            if not 1 <= request.prefix <= len(patch_refs):
+                raise UsageError(
+                    f"--prefix {request.prefix}: the series has {len(patch_refs)} patch(es)",
+                    hint=f"choose a prefix in [1, {len(patch_refs)}]",
+                )
+            patch_refs = patch_refs[: request.prefix]
+        parsed = [patchfile.load(ref.path) for ref in patch_refs]
+    toolchain_lock = locks.load_toolchain(repo.locks_dir)
+    toolchain = Toolchain.find(toolchain_lock)
+    tests = native_test_targets(parsed)
+    targets = tuple(dict.fromkeys(target for _, target in tests))
+    tools = tuple(t for t in toolchain_lock.tools_targets if t not in targets) if request.tools else ()
+    # the worker is built for the baseline too: it detects the API of the tree it builds against
+    worker = _worker_files(ctx)
+    # What the build depends on, and nothing of the bookkeeping around it: of locks/upstream.toml only the
+    # upstream built on (its date is SOURCE_DATE_EPOCH and the committer date), not its sources or the
+    # other targets; of the manifest nothing beyond the series and patch digests (it was just checked to
+    # match them), not where the files live. So a port verified on its target (`--upstream`) and the same
+    # series once `dgr pin` made it the series of the pin have one inputs digest, and one report.
+    inputs: dict[str, Any] = {
+        "format": INPUTS_FORMAT,
+        "upstream_only": request.upstream_only,
+        "upstream": {"commit": pin.commit, "tree": pin.tree, "commit_date": pin.commit_date.isoformat()},
+        "locks": {"toolchain.toml": tomli_w.dumps(toolchain_lock.to_toml(tools=request.tools))},
+        "patches": [[ref.name, ref.sha256] for ref in patch_refs],
+        "worker": worker,
+        "toolchain": toolchain.identity(),
+        "cmake_options": llama_definitions(
+            toolchain_lock, pin, len(patch_refs), request.sanitize, request.tools
+        ),
+        "worker_options": worker_definitions(toolchain_lock, request.sanitize) if worker else {},
+        "targets": [*toolchain_lock.base_targets, *targets, *tools],
+    }
+    return Plan(
+        request=request,
+        upstream_lock=upstream_lock,
+        pin=pin,
+        sources=sources,
+        toolchain_lock=toolchain_lock,
+        toolchain=toolchain,
+        patches=tuple(patch_refs),
+        native_tests=tuple(name for name, _ in tests),
+        native_targets=targets,
+        tool_targets=tools,
+        worker_files=worker,
+        inputs=inputs,
+        digest=sha256_canonical(inputs),
+    )

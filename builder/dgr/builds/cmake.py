@@ -1,0 +1,198 @@
+"""The locked toolchain (cmake and ninja from the venv, the C/C++ compilers) and CMake projects."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dgr.contracts.locks import ToolchainLock
+from dgr.core import log, proc
+from dgr.errors import BuildError, ConfigError
+
+_VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
+
+
+def _version_of(binary: Path) -> str:
+    first = proc.run([binary, "--version"], error=ConfigError).stdout.strip().splitlines()
+    match = _VERSION.search(first[0]) if first else None
+    if not match:
+        raise ConfigError(f"cannot read the version of {binary}", actual=first[0] if first else "no output")
+    return match.group(1)
+
+
+def _python_package_bin(module: str, attr: str, exe: str) -> Path:
+    """The binary shipped by the cmake/ninja PyPI packages (never the system's)."""
+    try:
+        package = __import__(module)
+    except ImportError as exc:
+        raise ConfigError(
+            f"the Python package {module!r} is not installed in this environment",
+            hint="install the project: `pip install -e .` (pyproject.toml pins cmake and ninja)",
+        ) from exc
+    binary = Path(getattr(package, attr)) / exe
+    if not binary.is_file():
+        raise ConfigError(
+            f"{module} package has no {exe} binary at {binary}", hint="reinstall: `pip install -e .`"
+        )
+    return binary
+
+
+@dataclass(frozen=True)
+class Compiler:
+    path: str
+    version: str
+    """First line of `<compiler> --version`."""
+
+
+def _probe_compiler(env_var: str, default: str) -> Compiler:
+    """The compiler CMake will pick: $CC / $CXX, else cc / c++ on PATH."""
+    words = shlex.split(os.environ.get(env_var) or default)
+    found = shutil.which(words[0]) if words else None
+    if not found:
+        raise BuildError(
+            f"no {env_var} compiler found ({words[0] if words else default} is not on PATH)",
+            hint="install a C/C++ compiler (gcc/g++ or clang) or set $CC/$CXX",
+        )
+    return compiler_at(found)
+
+
+def compiler_at(path: str) -> Compiler:
+    """The compiler at `path`, identified by the first line of its `--version`."""
+    version = proc.run([path, "--version"], error=BuildError).stdout.strip().splitlines()
+    return Compiler(str(Path(path).resolve()), version[0] if version else "unknown")
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cmake: Path
+    ctest: Path
+    ninja: Path
+    cmake_version: str
+    ninja_version: str
+    cc: Compiler
+    cxx: Compiler
+
+    @classmethod
+    def find(cls, lock: ToolchainLock) -> Toolchain:
+        """cmake and ninja from the venv, checked against the lock; the compilers from the environment."""
+        cmake = _python_package_bin("cmake", "CMAKE_BIN_DIR", "cmake")
+        ninja = _python_package_bin("ninja", "BIN_DIR", "ninja")
+        found = {"cmake": _version_of(cmake), "ninja": _version_of(ninja)}
+        for tool, want in (("cmake", lock.cmake), ("ninja", lock.ninja)):
+            if found[tool] != want:
+                raise ConfigError(
+                    f"{tool} {found[tool]} is installed, locks/toolchain.toml wants {want}",
+                    expected=want,
+                    actual=found[tool],
+                    hint="reinstall the project's pinned tools: `pip install -e .`",
+                )
+        return cls(
+            cmake=cmake,
+            ctest=cmake.with_name("ctest"),
+            ninja=ninja,
+            cmake_version=found["cmake"],
+            ninja_version=found["ninja"],
+            cc=_probe_compiler("CC", "cc"),
+            cxx=_probe_compiler("CXX", "c++"),
+        )
+
+    def identity(self) -> dict[str, str]:
+        """What enters the inputs digest."""
+        return {
+            "cmake": self.cmake_version,
+            "ninja": self.ninja_version,
+            "cc": self.cc.version,
+            "cxx": self.cxx.version,
+        }
+
+
+@dataclass(frozen=True)
+class CMakeProject:
+    """One CMake build directory: configure (always, ~1 s) then ninja the wanted targets."""
+
+    toolchain: Toolchain
+    source: Path
+    build: Path
+    build_type: str
+    definitions: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def configure(self) -> None:
+        """Configure; a build dir generated for another source dir (the repo moved) is cleared first."""
+        home = self.cache_value("CMAKE_HOME_DIRECTORY")
+        if home and Path(home).resolve() != self.source.resolve():
+            log.warn(f"{self.build} was configured for {home}, not {self.source}: starting it afresh")
+            shutil.rmtree(self.build)
+        query = self.build / ".cmake" / "api" / "v1" / "query" / "codemodel-v2"
+        query.parent.mkdir(parents=True, exist_ok=True)
+        query.touch()
+        cmd: list[str | Path] = [
+            self.toolchain.cmake,
+            "-S",
+            self.source,
+            "-B",
+            self.build,
+            "-G",
+            "Ninja",
+            f"-DCMAKE_MAKE_PROGRAM={self.toolchain.ninja}",
+            f"-DCMAKE_BUILD_TYPE={self.build_type}",
+            *(f"-D{key}={value}" for key, value in sorted(self.definitions.items())),
+        ]
+        proc.run(
+            cmd,
+            env=self.env,
+            error=BuildError,
+            what=f"cmake configure of {self.source} failed",
+            hint="read the CMake output above; rerun with -v for every command",
+        )
+
+    def build_targets(self, targets: list[str]) -> list[str]:
+        return proc.stream(
+            [self.toolchain.ninja, "-C", self.build, *targets],
+            env=self.env,
+            error=BuildError,
+            what=f"ninja {' '.join(targets) or '(all)'} failed in {self.build}",
+            hint="fix the compile error (see the tail of ninja's output); the next `dgr build` continues "
+            "incrementally",
+        )
+
+    def cache_value(self, key: str) -> str | None:
+        cache = self.build / "CMakeCache.txt"
+        if not cache.is_file():
+            return None
+        pattern = re.compile(rf"^{re.escape(key)}:[A-Z]+=(.*)$")
+        for line in cache.read_text(errors="replace").splitlines():
+            if match := pattern.match(line):
+                return match.group(1)
+        return None
+
+    def executables(self) -> list[Path]:
+        """The executables the project defines, from the CMake file API reply of the last configure.
+
+        Asking CMake (not globbing the build dir) keeps stale outputs of targets
+        that no longer exist out of the published build.
+        """
+        reply = self.build / ".cmake" / "api" / "v1" / "reply"
+        indexes = sorted(reply.glob("index-*.json"))
+        if not indexes:
+            raise BuildError(f"no CMake file API reply in {reply}", hint="rerun `dgr build`")
+        index = json.loads(indexes[-1].read_text())
+        codemodel = json.loads((reply / index["reply"]["codemodel-v2"]["jsonFile"]).read_text())
+        found: list[Path] = []
+        for target in codemodel["configurations"][0]["targets"]:
+            detail = json.loads((reply / target["jsonFile"]).read_text())
+            if detail.get("type") == "EXECUTABLE":
+                found.extend(self.build / artifact["path"] for artifact in detail.get("artifacts", []))
+        return sorted(found)
+
+    def tests(self) -> list[dict[str, Any]]:
+        """The tests CTest knows in this build dir (`ctest --show-only=json-v1`)."""
+        result = proc.run([self.toolchain.ctest, "--show-only=json-v1"], cwd=self.build, error=BuildError)
+        tests: list[dict[str, Any]] = json.loads(result.stdout).get("tests", [])
+        return tests

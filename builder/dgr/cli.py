@@ -1,0 +1,296 @@
+"""Command line: argparse and dispatch only; each command lives in builder/commands/<name>.py."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from dgr.contracts.report import GROUPS
+from dgr.core import log
+from dgr.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError, InternalError
+
+EPILOG = "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-v", "--verbose", action="store_true", help="show every command and its output")
+
+
+def _mirror(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mirror",
+        type=Path,
+        metavar="PATH",
+        help="a local llama.cpp git repository to fetch from first (else $DGR_UPSTREAM_MIRROR)",
+    )
+
+
+def _sanitize(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sanitize",
+        metavar="LIST",
+        help="build (or use the build) with sanitizers: address,undefined (llama.cpp, ggml, the worker)",
+    )
+
+
+def positive(text: str) -> int:
+    """A whole number of at least 1 (tokens, threads, context cells, runs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def _threads(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threads", type=positive, default=2, metavar="N", help="threads of every worker (default 2)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dgr",
+        description="Series manager for the llama.cpp patch series.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.set_defaults(module=name.replace("-", "_"))
+        _common(p)
+        return p
+
+    p = command(
+        "check", "lint series <-> patches <-> manifest, patch messages, locks, and the patches' style"
+    )
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument(
+        "--no-style",
+        action="store_true",
+        help="skip `git diff --check` and `git clang-format` on the series applied to its upstream",
+    )
+    _mirror(p)
+
+    p = command("fetch", "obtain and verify the upstream into the cache; print its path")
+    _mirror(p)
+    p.add_argument("--upstream", metavar="SPEC", help="a locked rebase target instead of the pin")
+    p.add_argument(
+        "--model",
+        action="store_true",
+        help="also fetch and verify every model of locks/model.toml (the default first); print their paths",
+    )
+
+    p = command("build", "build the pinned llama.cpp with the series (cached by the inputs digest)")
+    p.add_argument(
+        "--json", action="store_true", help="print the build manifest as JSON (only that on stdout)"
+    )
+    p.add_argument("--upstream-only", action="store_true", help="build the unpatched upstream (the baseline)")
+    p.add_argument("--upstream", metavar="SPEC", help="build on a locked rebase target instead of the pin")
+    p.add_argument(
+        "--prefix",
+        type=int,
+        metavar="N",
+        help="build the first N patches of the series only (cached as well)",
+    )
+    p.add_argument(
+        "--tools",
+        action="store_true",
+        help="also build upstream's tools: perplexity, bench, rpc-server (locks/toolchain.toml)",
+    )
+    _sanitize(p)
+    _mirror(p)
+
+    command("manifest", "rewrite locks/patches.toml from series/series and patches/")
+
+    p = command("edit", "create a git work tree with the series as commits; print its path")
+    p.add_argument("--dir", type=Path, help="where (default: <cache>/edit/<commit>)")
+    p.add_argument(
+        "--onto",
+        metavar="SOURCE",
+        help="start from another upstream (as rebase-check) and apply with 3-way merges",
+    )
+    _mirror(p)
+
+    p = command("export-patches", "write the edit tree's commits back to patches/, series and manifest")
+    p.add_argument("--dir", type=Path, help="the edit tree (default: <cache>/edit/<commit>)")
+    p.add_argument("--dry-run", action="store_true", help="only list what would change (exit 7 if anything)")
+
+    p = command("rebase-check", "report per patch whether the series applies onto another upstream")
+    onto = p.add_mutually_exclusive_group(required=True)
+    onto.add_argument(
+        "--onto",
+        metavar="SOURCE",
+        help="pypi:llama-cpp-python==VERSION, a path to a llama.cpp git tree, or a commit in the mirror",
+    )
+    onto.add_argument(
+        "--matrix",
+        action="store_true",
+        help="every reachable upstream (the pin and the locked targets) x every patch, and each port on "
+        "its target; exit 5 only when the series does not apply cleanly on the pin",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _mirror(p)
+
+    p = command(
+        "pin",
+        "move the pin to another upstream: its port becomes the series (else the series is rebased), "
+        "with a passing verify report for the result; all files at once",
+    )
+    p.add_argument(
+        "--to",
+        required=True,
+        metavar="SPEC",
+        help="a locked rebase target (pypi:llama-cpp-python==VERSION), pypi:NAME==VERSION, a path to a "
+        "llama.cpp git tree, or a commit in the mirror",
+    )
+    _mirror(p)
+
+    p = command("verify", "run the native tests and the conformance checks against the published build")
+    p.add_argument(
+        "--only",
+        metavar="GROUP[,GROUP]",
+        help=f"run only these groups: {', '.join(GROUPS)} (default: all)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML")
+    _threads(p)
+    p.add_argument(
+        "--upstream", metavar="SPEC", help="verify the port of the series to a locked rebase target"
+    )
+    _sanitize(p)
+    _mirror(p)
+
+    p = command(
+        "export-upstream",
+        "render the upstream package: a branch (git bundle) and a description per pull request, the "
+        "discussion post, the reproduction",
+    )
+    p.add_argument(
+        "--out", type=Path, metavar="DIR", help="where to write it (default: upstream-package/out, replaced)"
+    )
+    p.add_argument("--json", action="store_true", help="print the files written and their sha256 as JSON")
+    p.add_argument(
+        "--bench",
+        type=Path,
+        metavar="FILE",
+        help="the bench.json of `dgr bench --rpc` to render (default: <cache>/bench/bench.json)",
+    )
+    _mirror(p)
+
+    p = command("bench", "measure the split cost, memory per range, the bundle codec and the build")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--quick", action="store_true", help="one repetition, short prompts, no cold builds")
+    p.add_argument("--fuzz", action="store_true", help="also fuzz the worker's decoders with libFuzzer")
+    p.add_argument(
+        "--rpc",
+        action="store_true",
+        help="also build upstream's tools (--tools) and measure perplexity and llama-bench before/after and "
+        "the RPC backend beside layer ranges",
+    )
+    p.add_argument(
+        "--fuzz-runs",
+        type=positive,
+        default=1_000_000,
+        metavar="N",
+        help="fuzzer executions (default 1,000,000)",
+    )
+    _threads(p)
+    p.add_argument(
+        "--ctx",
+        type=positive,
+        default=1024,
+        metavar="N",
+        help="context cells of every worker, one session at a time (default 1024, the README's figures)",
+    )
+    p.add_argument(
+        "--out", type=Path, metavar="DIR", help="where bench.json and memory.png go (default: <cache>/bench)"
+    )
+
+    p = command("generate", "greedy generation through a chain of layer-range workers, compared with unsplit")
+    p.add_argument("prompt", help="the prompt text")
+    p.add_argument(
+        "--split",
+        metavar="RANGES",
+        help="layer ranges BEGIN:END,..., one worker process each (default: three (nearly) equal ranges, "
+        "0:10,10:20,20:30 for a 30-layer model; 0:N, all N layers, is the unsplit run)",
+    )
+    p.add_argument(
+        "-n", "--n-tokens", type=positive, default=32, metavar="N", help="tokens to generate (default 32)"
+    )
+    p.add_argument(
+        "--ctx",
+        type=positive,
+        default=2048,
+        metavar="N",
+        help="context cells of every worker, all for the one session (default 2048): prompt + N must fit",
+    )
+    p.add_argument(
+        "--model",
+        metavar="NAME|PATH",
+        help="a model of locks/model.toml by name (default: its default model), or the path of a GGUF file",
+    )
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    _threads(p)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _mirror(p)
+    return parser
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _internal_error(exc: Exception) -> int:
+    message = " ".join(str(exc).split()) or "(no message)"
+    if log.is_verbose():
+        traceback.print_exception(exc, file=sys.stderr)
+        hint = "this is a bug in dgr: please report it with the traceback above"
+    else:
+        hint = "rerun with -v for the traceback"
+    print(InternalError(f"{type(exc).__name__}: {message}", hint=hint).render(), file=sys.stderr)
+    return InternalError.exit_code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    log.set_verbose(args.verbose)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        module = importlib.import_module(f"dgr.commands.{args.module}")
+        code: int = module.run(args)
+        return code
+    except DgrError as exc:
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("dgr: interrupted; nothing was published", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # anything else is a bug of dgr: one line, the traceback only with -v
+        return _internal_error(exc)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

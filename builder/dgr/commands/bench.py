@@ -1,0 +1,247 @@
+"""`dgr bench [--json] [--quick] [--fuzz] [--out DIR]`: runs the measurements of dgr.verify.bench and the
+build timing (dgr.builds.buildtime), writes bench.json and memory.png, prints the report."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dgr.builds import build, buildplan, buildtime
+from dgr.contracts import locks
+from dgr.contracts.bench import BenchModel, BenchResult, MemoryRow, SplitCost
+from dgr.contracts.upstreambench import Comparison, Rpc
+from dgr.core import log
+from dgr.core.fs import writable_dir, write_atomic
+from dgr.core.paths import Context
+from dgr.errors import EXIT_OK, BenchError, UsageError
+from dgr.export import upstream_package
+from dgr.git import gitops
+from dgr.sources import model, upstream
+from dgr.verify.bench import codec, fuzz, machine, memory, model_bench, quality, rpc, split
+from dgr.verify.models import inventory
+
+
+def run(args: argparse.Namespace) -> int:
+    ctx = Context.discover()
+    out_dir = Path(args.out) if args.out else ctx.cache.root / "bench"
+    writable_dir(out_dir, "--out")  # before an hour of measuring, not after
+    if args.ctx < (needed := split.context_needed(args.quick)):
+        raise UsageError(
+            f"--ctx {args.ctx} is too small: the measurements need {needed} positions in one session",
+            hint=f"give --ctx {needed} or more (the default, 1024, is what the README's figures use)",
+        )
+    built = build.run(ctx, buildplan.Request())
+    bin_dir = built.path / "bin"
+    models = locks.load_models(ctx.repo.locks_dir).all()  # the default model first
+    model_path, *other_paths = model.fetch_all(ctx.cache, models)
+    inv = inventory.read(model_path)
+    with log.step("split cost, all ranges in one process"):
+        in_process = split.in_process(bin_dir, model_path, inv.n_layer, args.quick, args.threads)
+    with log.step("split cost, one worker process per range"):
+        worker = bin_dir / "layer-worker"
+        workers = split.workers(worker, model_path, inv.n_layer, args.quick, args.threads, args.ctx)
+    with log.step("memory per range"):
+        rows = memory.measure(worker, model_path, inv, args.quick, args.ctx)
+    with log.step("bundle codec"):
+        speeds = codec.measure(bin_dir, args.quick)
+    with log.step("build timing"):
+        timing = buildtime.measure(ctx, args.quick)
+    fuzzed = None
+    if args.fuzz:
+        with log.step("fuzz the worker's decoders"):
+            fuzzed = fuzz.run(ctx, Path(built.manifest.build.source_dir), args.fuzz_runs)
+    extra = (
+        beside_upstream(ctx, bin_dir / "layer-worker", [model_path, *other_paths], inv.n_layer, args)
+        if args.rpc
+        else {}
+    )
+    others = tuple(
+        dataclasses.replace(
+            model_bench(
+                bin_dir,
+                lock.name,
+                path,
+                args.quick,
+                args.threads,
+                args.ctx,
+                out_dir / f"memory-{lock.name}.png",
+            ),
+            upstream_comparison=Comparison.from_json(extra["others"][i]) if extra else None,
+        )
+        for i, (lock, path) in enumerate(zip(models[1:], other_paths, strict=True))
+    )
+    png = memory.chart(rows, out_dir / "memory.png", model_path.stem, args.ctx)
+    result = BenchResult(
+        machine=machine(),
+        quick=args.quick,
+        inputs_digest=built.manifest.inputs_digest,
+        model=BenchModel(file=model_path.name, n_layer=inv.n_layer, bytes=inv.n_bytes, name=models[0].name),
+        hop_bytes_per_token=inv.n_embd * 4,
+        in_process=in_process,
+        workers=workers,
+        memory=rows,
+        codec=speeds,
+        build=timing,
+        fuzz=fuzzed,
+        chart=str(png) if png else None,
+        models=others,
+        upstream_comparison=Comparison.from_json(extra["upstream_comparison"]) if extra else None,
+        rpc=Rpc.from_json(extra["rpc"]) if extra else None,
+    )
+    data = (json.dumps(result.to_json(), indent=2) + "\n").encode()
+    write_atomic(out_dir / "bench.json", data)
+    if args.json:
+        sys.stdout.write(data.decode())
+    else:
+        print(report_text(result) + upstream_text(extra))
+    log.info(f"results: {out_dir / 'bench.json'}" + (f", chart: {png}" if png else ""))
+    if fuzzed is not None and fuzzed.get("crashes", 0):
+        raise BenchError("the fuzzer found a crash", detail=str(fuzzed.get("tail", "")))
+    return EXIT_OK
+
+
+def beside_upstream(
+    ctx: Context, worker: Path, model_paths: list[Path], n_layer: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """`--rpc`: upstream's tools (`dgr build --tools`, unpatched and patched): perplexity and llama-bench
+    before and after (`upstream_comparison` of the default model, the first; `others`, one per other
+    model), and the RPC backend beside layer ranges on the default model (`rpc`)."""
+    model_path = model_paths[0]
+    plan = buildplan.plan(ctx, buildplan.Request())
+    patched = build.run(ctx, buildplan.Request(tools=True))
+    baseline = build.run(ctx, buildplan.Request(tools=True, upstream_only=True))
+    names = [p.name for p in plan.patches]
+    config = upstream_package.load_config(ctx.repo.root / "upstream-package" / "package.toml", names)
+    text_name = config.upstream.perplexity_text
+    got = upstream.obtain(ctx.cache, plan.pin, plan.sources)
+    dirs = (Path(baseline.manifest.build.build_dir), Path(patched.manifest.build.build_dir))
+    with tempfile.TemporaryDirectory(prefix="dgr-bench-") as tmp:
+        text = Path(tmp) / Path(text_name).name
+        text.write_text(gitops.file_at(got.repo, plan.pin.commit, text_name), errors="surrogateescape")
+        comparisons = []
+        for path in model_paths:
+            with log.step(f"perplexity and llama-bench of {path.name}, unpatched and patched ({text_name})"):
+                comparisons.append(
+                    quality.compare(
+                        baseline.path / "bin",
+                        patched.path / "bin",
+                        path,
+                        text,
+                        text_name,
+                        args.threads,
+                        5,
+                        dirs,
+                    )
+                )
+    with log.step("the RPC backend beside layer ranges (loopback)"):
+        beside = rpc.measure(
+            worker,
+            baseline.path / "bin",
+            model_path,
+            n_layer,
+            args.threads,
+            dirs[0],
+            reps=3,
+        )
+    return {"upstream_comparison": comparisons[0], "others": comparisons[1:], "rpc": beside}
+
+
+def upstream_text(extra: dict[str, Any]) -> str:
+    """The `--rpc` figures as text ("" without them)."""
+    if not extra:
+        return ""
+    r = extra["rpc"]
+    lines = [""]
+    for c in [extra["upstream_comparison"], *extra["others"]]:
+        p = c["perplexity"]
+        lines.append(
+            f"{c['model']['file']}: perplexity ({p['text']}) unpatched {p['baseline']['final']:.4f}, patched "
+            f"{p['patched']['final']:.4f}, {'identical' if p['identical'] else 'DIFFERENT'} per chunk; "
+            "llama-bench patched / unpatched: "
+            + ", ".join(f"{b['test']} {b['ratio']:.3f}" for b in c["bench"]["results"])
+        )
+    lines.append("")
+    lines.append(
+        "| engine | processes | start | bytes before 1st token | TTFT s | prefill t/s | decode t/s | same |"
+    )
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in r["rows"]:
+        lines.append(
+            f"| {row['engine']} | {row['processes']} | {row['start']} | "
+            f"{row['wire_bytes_before_first_token'] / 2**20:.1f} MiB | {row['ttft_s']:.2f} | "
+            f"{row['prefill_tps']:.1f} | {row['decode_tps']:.1f} | {row['same_output']} |"
+        )
+    return "\n".join(lines)
+
+
+def model_lines(
+    in_process: tuple[SplitCost, ...], workers: tuple[SplitCost, ...], memory: tuple[MemoryRow, ...]
+) -> list[str]:
+    """The split cost and memory tables of one model."""
+    lines = ["split cost (ratio = split tokens/s / whole tokens/s)"]
+    lines.append("| shards | in-process prefill | in-process decode | workers prefill | workers decode |")
+    lines.append("| --- | --- | --- | --- | --- |")
+    for ip, wk in zip(in_process, workers, strict=True):
+        pf = ", ".join(f"{p.tokens}: {p.ratio:.3f}" for p in ip.prefill)
+        wpf = ", ".join(f"{p.tokens}: {p.ratio:.3f}" for p in wk.prefill)
+        lines.append(f"| {ip.shards} | {pf} | {ip.decode.ratio:.3f} | {wpf} | {wk.decode.ratio:.3f} |")
+    lines.append("")
+    lines.append("worker processes, ms per decoded token (whole | each shard | a request doing no work)")
+    for wk in workers:
+        d = wk.decode
+        if d.whole_step_ms is not None and d.round_trip_ms is not None:
+            shards = " + ".join(f"{ms:.2f}" for ms in d.shard_step_ms)
+            lines.append(f"- {wk.shards}: {d.whole_step_ms:.2f} | {shards} | {d.round_trip_ms:.3f}")
+    lines.append("")
+    lines.append("memory per range (mmap off)")
+    lines.append("| layers | owned | model bytes | KV bytes | peak RSS | RSS fraction |")
+    lines.append("| --- | --- | --- | --- | --- | --- |")
+    for row in memory:
+        lines.append(
+            f"| [{row.layers[0]}, {row.layers[1]}) | {row.owned_fraction:.2f} | "
+            f"{row.model_bytes / 2**20:.1f} MiB | {row.kv_bytes / 2**20:.1f} MiB | "
+            f"{row.peak_rss / 2**20:.1f} MiB | {row.peak_rss_fraction:.2f} |"
+        )
+    return lines
+
+
+def report_text(r: BenchResult) -> str:
+    m = r.machine
+    lines = [f"dgr bench {m.date} on {m.cpu} ({m.cores} cores){' (quick)' if r.quick else ''}", ""]
+    lines += model_lines(r.in_process, r.workers, r.memory)
+    for other in r.models:
+        lines += ["", f"## {other.name}: {other.model.file}, {other.model.n_layer} layers", ""]
+        lines += model_lines(other.in_process, other.workers, other.memory)
+    cpp, py = r.codec["cpp"], r.codec["python"]
+    lines.append("")
+    lines.append(
+        f"codec: C++ {cpp.codec_gbps:.2f} GB/s vs memcpy {cpp.memcpy_gbps:.2f} ({cpp.ratio_to_memcpy:.2f}x); "
+        f"Python {py.codec_gbps:.2f} GB/s vs {py.memcpy_gbps:.2f} ({py.ratio_to_memcpy:.2f}x)"
+    )
+    b = {k: v for k, v in r.build.items() if isinstance(v, (int, float))}
+    line = f"build: no-op dgr {b['noop_dgr_s']:.2f} s vs ninja {b['noop_ninja_s']:.2f} s"
+    if "edit_dgr_s" in b:
+        line += (
+            f"; edited patch dgr {b['edit_dgr_s']:.0f} s vs ninja {b['edit_ninja_s']:.0f} s "
+            f"({b['edit_ratio']:.2f}x)"
+        )
+    if "cold_dgr_s" in b:
+        cold = f"{b['cold_dgr_s']:.0f} s vs plain {b['cold_plain_s']:.0f} s ({b['cold_ratio']:.2f}x)"
+        line += f"; cold dgr {cold}"
+    lines.append(line)
+    if r.fuzz is not None:
+        f = r.fuzz
+        lines.append(
+            f"fuzz: {f.get('executions', 0)} executions, {f.get('crashes', 0)} crashes"
+            if f.get("ran")
+            else f"fuzz: not run ({f.get('reason', '')})"
+        )
+    met = r.summary()["met"]
+    lines.append("")
+    lines.append("targets: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in met.items()))
+    return "\n".join(lines)

@@ -1,0 +1,134 @@
+"""`dgr generate [--model NAME|PATH] [--split RANGES] [-n N] [--ctx N] [--chat] [--json] PROMPT`: greedy
+generation through a chain of layer-worker processes (one per range) on a locked model (the default one
+unless named) or a GGUF file, compared with the unsplit model; exit 9 when the two differ."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dgr.builds import build, buildplan
+from dgr.contracts import locks
+from dgr.core import log
+from dgr.core.paths import Context
+from dgr.errors import EXIT_OK, ConfigError, UsageError, VerifyError
+from dgr.sources import model
+from dgr.verify.models import inventory
+from dgr.verify.wire.pipeline import Pipeline, parse_split
+
+SESSION = "generate"
+SPLIT_HINT = (
+    "give contiguous ranges BEGIN:END from 0 to the model's layer count, e.g. 0:10,10:20,20:30 for 30 layers"
+)
+
+
+def _run(pipe: Pipeline, tokens: list[int], n: int, stop: set[int]) -> tuple[list[int], float]:
+    start = time.monotonic()
+    out = pipe.generate(SESSION, 1, tokens, n, stop)
+    return out, time.monotonic() - start
+
+
+def check_fits(n_prompt: int, n_tokens: int, capacity: int, ctx: int) -> None:
+    """A prompt and the tokens to generate must fit the context of one session; UsageError otherwise."""
+    if n_prompt + n_tokens > capacity:
+        raise UsageError(
+            f"the prompt has {n_prompt} tokens and -n asks for {n_tokens} more: {n_prompt + n_tokens} "
+            f"positions, but the context holds {capacity} (--ctx {ctx})",
+            hint=f"raise --ctx to at least {n_prompt + n_tokens}, or shorten the prompt or -n",
+        )
+
+
+def model_path(ctx: Context, value: str | None) -> Path:
+    """The model of `--model`: a name of locks/model.toml (fetched and verified), else the path of a file;
+    none: the lock's default model. A value that is neither a locked name nor a path is a UsageError."""
+    models = locks.load_models(ctx.repo.locks_dir)
+    if value is None or value in models.models:
+        return model.fetch(ctx.cache, models.get(value))
+    if "/" in value or value.endswith(".gguf") or Path(value).exists():
+        return Path(value).resolve()
+    raise UsageError(
+        f"--model {value}: not a model of locks/model.toml ({', '.join(models.names)}) nor a GGUF file",
+        hint=f"give one of {', '.join(models.names)}, or the path of a .gguf file",
+    )
+
+
+def model_layers(path: Path) -> int:
+    """The layer count of the GGUF model at `path` (read from its header); ConfigError if it is none."""
+    if not path.is_file():
+        raise ConfigError(f"--model {path}: no such file", hint="give the path of a GGUF model file")
+    try:
+        return inventory.read(path).n_layer
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"--model {path}: not a GGUF model ({exc})", hint="give a GGUF model file") from exc
+
+
+def ranges_of(text: str | None, n_layer: int) -> list[tuple[int, int]]:
+    """`--split`, checked against the model's layers; none: three ranges of (nearly) equal size."""
+    if text is None:
+        return inventory.split(n_layer, min(3, n_layer))
+    try:
+        return parse_split(text, n_layer)
+    except ValueError as exc:
+        raise UsageError(str(exc), hint=SPLIT_HINT) from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.prompt.strip():
+        raise UsageError("the prompt is empty: there is nothing to continue", hint='give a prompt, e.g. "Hi"')
+    if args.split is not None:
+        try:
+            parse_split(args.split)  # the syntax, before anything is built
+        except ValueError as exc:
+            raise UsageError(str(exc), hint=SPLIT_HINT) from exc
+    ctx = Context.discover()
+    path = model_path(ctx, args.model)
+    n_layer = model_layers(path)
+    split = ranges_of(args.split, n_layer)  # before the build: a split past the last layer is refused now
+    worker = build.run(ctx, buildplan.Request(mirror=args.mirror)).path / "bin" / "layer-worker"
+    whole_model = [(0, n_layer)]
+    # one session per worker: it gets the whole context (a worker gives each session n_ctx / max_sessions)
+    with Pipeline(worker, path, split, threads=args.threads, n_ctx=args.ctx, max_sessions=1) as pipe:
+        tokens = pipe.tokenize(args.prompt, chat=args.chat)
+        check_fits(len(tokens), args.n_tokens, pipe.capacity, args.ctx)
+        eos = pipe.head.request("tokenize", text="").header
+        stop = {eos["eos"], eos["eot"]} - {-1}
+        chunks = -(-len(tokens) // pipe.n_batch)
+        log.info(f"prompt: {len(tokens)} tokens, prefilled in {chunks} chunk(s) of at most {pipe.n_batch}")
+        out, seconds = _run(pipe, tokens, args.n_tokens, stop)
+        text = pipe.detokenize(out)
+    ref, ref_seconds = out, seconds
+    if split != whole_model:
+        with Pipeline(
+            worker, path, whole_model, threads=args.threads, n_ctx=args.ctx, max_sessions=1
+        ) as whole:
+            ref, ref_seconds = _run(whole, tokens, args.n_tokens, stop)
+    split_text = ",".join(f"{b}:{e}" for b, e in split)
+    res: dict[str, Any] = {
+        "model": path.name,
+        "split": [list(r) for r in split],
+        "prompt_tokens": tokens,
+        "tokens": out,
+        "text": text,
+        "matches_unsplit": out == ref,
+        "unsplit_tokens": ref,
+        "tokens_per_s": round(len(out) / seconds, 2),
+        "unsplit_tokens_per_s": round(len(ref) / ref_seconds, 2),
+    }
+    if args.json:
+        json.dump(res, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(text)
+        print(f"\ntokens: {out}")
+        print(
+            f"split {split_text}: {len(out)} tokens, {res['tokens_per_s']} tokens/s; "
+            f"unsplit {res['unsplit_tokens_per_s']} tokens/s; matches unsplit: {res['matches_unsplit']}"
+        )
+    if not res["matches_unsplit"]:
+        log.warn(f"split {split_text} differs from the unsplit model: {out} vs {ref}")
+        return VerifyError.exit_code
+    return EXIT_OK

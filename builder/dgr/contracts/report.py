@@ -1,0 +1,100 @@
+"""The verify report: one `Check` per check of `dgr verify`, the `Report` of a run, the registry of groups."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Self, get_args
+
+from dgr.contracts import convert
+from dgr.errors import ConfigError
+
+# the registry of verify groups: one line per group, in the order they run; the group `<name>` is the
+# module dgr.verify.checks.<name> (its `GROUP`)
+Group = Literal[
+    "native",
+    "series",
+    "archs",
+    "graph",
+    "ownership",
+    "boundary",
+    "kv",
+]
+GROUPS: tuple[Group, ...] = get_args(Group)
+"""The groups of `dgr verify`, in the order they run; a report usable for export covers all of them."""
+
+Evidence = Literal["native test", "synthetic fixture", "real model"]
+NATIVE: Evidence = "native test"
+SYNTHETIC: Evidence = "synthetic fixture"
+REAL_MODEL: Evidence = "real model"
+
+REPORT_FORMAT = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check(convert.Record):
+    """One check of `dgr verify`: what it proves (group, evidence class), its figures, pass or fail."""
+
+    group: Group
+    name: str
+    evidence: Evidence
+    passed: bool
+    figures: Mapping[str, Any] = field(default_factory=dict)
+    detail: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.group}/{self.name}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report(convert.Record):
+    """The report of one `dgr verify` run over the inputs `inputs_digest` (and the unpatched baseline)."""
+
+    format: int = REPORT_FORMAT
+    inputs_digest: str
+    baseline_digest: str | None
+    groups: tuple[Group, ...]
+    durations_s: Mapping[str, float] = field(default_factory=dict)
+    checks: tuple[Check, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def group(self, group: Group) -> list[Check]:
+        return [c for c in self.checks if c.group == group]
+
+    def problems(self, digest: str) -> list[str]:
+        """Why this is not a complete pass for the inputs `digest` (empty: it is one)."""
+        found: list[str] = []
+        if self.inputs_digest != digest:
+            found.append(f"it is for the inputs {self.inputs_digest}, not {digest}")
+        missing = [g for g in GROUPS if g not in self.groups or not self.group(g)]
+        if missing:
+            found.append(
+                f"it does not cover the group(s) {', '.join(missing)} "
+                f"(it ran {', '.join(self.groups) or 'none'})"
+            )
+        failed = [c.id for c in self.checks if not c.passed]
+        if failed:
+            found.append(f"{len(failed)} check(s) failed: {', '.join(failed)}")
+        return found
+
+    def to_json(self) -> dict[str, Any]:
+        data = convert.to_json(self)
+        # `passed` is what the checks say, written after the groups (read back only to be compared)
+        at = list(data).index("groups") + 1
+        items = list(data.items())
+        return dict([*items[:at], ("passed", self.passed), *items[at:]])
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "report") -> Self:
+        d = convert.mapping(data, where)
+        fmt = d.get("format")
+        if fmt != REPORT_FORMAT:
+            raise ConfigError(f"{where}: format {fmt} is not {REPORT_FORMAT}; run `dgr verify` again")
+        report = convert.from_json(cls, {k: v for k, v in d.items() if k != "passed"}, where)
+        if "passed" in d and d["passed"] is not report.passed:
+            raise ConfigError(f"{where}: `passed` is {d['passed']!r}, but its checks say {report.passed!r}")
+        return report

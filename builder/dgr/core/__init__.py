@@ -1,0 +1,1 @@
+"""The core: logging, the subprocess wrapper, paths, file-system helpers, digests."""

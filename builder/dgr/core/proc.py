@@ -1,0 +1,189 @@
+"""The only subprocess wrapper.
+
+`run` captures output and shows it (indented) only when the command fails, or
+always with -v. `stream` forwards progress lines (ninja's `[n/N]`) while the
+command runs and keeps the tail of the output for the failure report.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from dgr.core import log
+from dgr.errors import DgrError
+
+_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+_TAIL_LINES = 200
+
+
+def _env(env: Mapping[str, str] | None) -> dict[str, str]:
+    merged = dict(os.environ)
+    if env:
+        merged.update(env)
+    return merged
+
+
+def _quote(cmd: Sequence[str | Path]) -> str:
+    return shlex.join(str(part) for part in cmd)
+
+
+def _indent(text: str) -> str:
+    return (
+        "\n".join("  " + line for line in text.rstrip("\n").split("\n")) if text.strip() else "  (no output)"
+    )
+
+
+def _interrupted(returncode: int) -> bool:
+    """The child died of SIGINT, or said so (ninja exits 130 on Ctrl-C)."""
+    return returncode in (-signal.SIGINT, 128 + signal.SIGINT)
+
+
+def failure_detail(cmd: Sequence[str | Path], returncode: int, output: str) -> str:
+    return f"$ {_quote(cmd)}\nexit code {returncode}; its output:\n{_indent(output)}"
+
+
+def run(
+    cmd: Sequence[str | Path],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    error: type[DgrError] = DgrError,
+    what: str | None = None,
+    hint: str | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `cmd` with captured output; raise `error` on a non-zero exit when `check`."""
+    if log.is_verbose():
+        log.detail(f"$ {_quote(cmd)}")
+    try:
+        result = subprocess.run(
+            [str(part) for part in cmd],
+            cwd=cwd,
+            env=_env(env),
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise error(
+            what or f"cannot run {cmd[0]}", actual=str(exc), hint=hint or f"install {cmd[0]}"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise error(what or f"{cmd[0]} timed out after {timeout} s", hint=hint) from exc
+    if log.is_verbose():
+        for stream in (result.stdout, result.stderr):
+            if stream.strip():
+                print(_indent(stream), file=sys.stderr, flush=True)
+    if result.returncode == -signal.SIGINT:
+        raise KeyboardInterrupt
+    if check and result.returncode != 0:
+        raise error(
+            what or f"command failed: {_quote(cmd)}",
+            hint=hint,
+            detail=failure_detail(cmd, result.returncode, result.stderr + result.stdout),
+        )
+    return result
+
+
+def stream(
+    cmd: Sequence[str | Path],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    error: type[DgrError] = DgrError,
+    what: str | None = None,
+    hint: str | None = None,
+    every_s: float = 2.0,
+) -> list[str]:
+    """Run `cmd`, printing its `[n/N]` progress lines (at most one per `every_s`, all with -v).
+
+    Returns the tail of the output. On Ctrl-C the child is stopped before the
+    interrupt propagates, so nothing keeps running in the background.
+    """
+    if log.is_verbose():
+        log.detail(f"$ {_quote(cmd)}")
+    tail: deque[str] = deque(maxlen=_TAIL_LINES)
+    with subprocess.Popen(
+        [str(part) for part in cmd],
+        cwd=cwd,
+        env=_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    ) as child:
+        try:
+            assert child.stdout is not None
+            last_shown = 0.0
+            for raw in child.stdout:
+                line = raw.rstrip("\n")
+                tail.append(line)
+                match = _PROGRESS.match(line)
+                if log.is_verbose():
+                    log.detail(line)
+                elif match:
+                    now = time.monotonic()
+                    if now - last_shown >= every_s or match.group(1) == match.group(2):
+                        log.detail(line)
+                        last_shown = now
+            returncode = child.wait()
+        except BaseException:
+            stop(child)
+            raise
+    if _interrupted(returncode):
+        # the Ctrl-C reached the child first: treat it as ours, whenever Python sees it
+        raise KeyboardInterrupt
+    if returncode != 0:
+        raise error(
+            what or f"command failed: {_quote(cmd)}",
+            hint=hint,
+            detail=failure_detail(cmd, returncode, "\n".join(tail)),
+        )
+    return list(tail)
+
+
+def stop(child: subprocess.Popen[Any]) -> None:
+    """Terminate `child` if it still runs; kill it when it has not exited 10 s later."""
+    if child.poll() is not None:
+        return
+    child.terminate()
+    try:
+        child.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+def spawn(
+    cmd: Sequence[str | Path], *, env: Mapping[str, str] | None = None, stderr: int | IO[bytes] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a long-running child that talks binary frames on its stdin/stdout (a layer worker).
+
+    The caller owns the process: it reads and writes the pipes and waits for it.
+    """
+    if log.is_verbose():
+        log.detail(f"$ {_quote(cmd)} &")
+    try:
+        return subprocess.Popen(
+            [str(part) for part in cmd],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=_env(env),
+            bufsize=0,
+        )
+    except OSError as exc:
+        raise DgrError(f"cannot start {cmd[0]}", actual=str(exc), hint="run `dgr build` to build it") from exc

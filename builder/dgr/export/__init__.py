@@ -1,0 +1,1 @@
+"""`dgr export-upstream`: the pull requests, their branches and bundles, the rendered documents."""

@@ -1,0 +1,405 @@
+"""The upstream package's configuration (upstream-package/package.toml) and the lints of
+`dgr export-upstream`: words of ours, whitespace errors, files outside a concern's paths, the form of a
+pull request title, and placeholders left in the rendered package."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from dgr.contracts.locks import read_toml
+from dgr.contracts.report import GROUPS, Group
+from dgr.contracts.tomlfields import TomlFields
+from dgr.errors import ConfigError, GitError
+from dgr.git import gitops
+
+CONFORMANCE_GROUPS: dict[str, Group] = {g: g for g in GROUPS if g != "native"}
+"""The groups a concern can name: every group of `dgr verify` but the native tests (each patch's own)."""
+DEFAULT_API_HEADERS = ("include/*.h", "src/llama-ext.h")
+DEFAULT_MECHANICAL_PATHS = ("src/models/*.cpp",)
+"""The files whose lines are the same change repeated (one per architecture), counted apart."""
+DEFAULT_TEST_PATHS = ("tests/**",)
+LineKind = Literal["core", "tests", "mechanical"]
+TITLE_MAX = 72
+"""A pull request title, and the squashed commit's subject upstream derives from it."""
+TITLE_FORM = re.compile(r"^[a-z0-9][a-z0-9_.+/-]*(?:, ?[a-z0-9][a-z0-9_.+/-]*)* : \S.*\S$")
+"""`<module> : <title>` (CONTRIBUTING.md of llama.cpp), modules lower case, comma separated."""
+BRANCH_FORM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
+
+
+@dataclass(frozen=True)
+class Concern:
+    """One concern of the series: one patch, the paths it may touch, the verify group that backs it."""
+
+    patch: str
+    title: str
+    group: Group
+    paths: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    """Facts about the change that its diff does not show (the ABI of a struct, a default)."""
+
+    def allows(self, path: str) -> bool:
+        return any(glob_match(pattern, path) for pattern in self.paths)
+
+
+@dataclass(frozen=True)
+class Pull:
+    """One pull request: a branch of consecutive patches of the series, stacked on the previous one."""
+
+    number: int
+    branch: str
+    title: str
+    patches: tuple[str, ...]
+    why: str = ""
+    """Why these patches go together (or apart): facts, shown in the README and DISCUSSION.md."""
+
+
+@dataclass(frozen=True)
+class UpstreamConventions:
+    """How upstream takes contributions; every path names a file of the pinned tree."""
+
+    pr_template: str
+    kept_section: str
+    submitter_section: str
+    facts_section: str
+    ci_readme: str
+    contributing: str
+    agents: str
+    review_lines_per_hour: tuple[int, int]
+    feature_issue: int
+    rpc_issue: int
+    api_changelog_issue: int
+    perplexity_text: str
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    deny_words: tuple[str, ...]
+    drop_trailers: tuple[str, ...]
+    api_headers: tuple[str, ...]
+    upstream: UpstreamConventions
+    pulls: tuple[Pull, ...]
+    concerns: tuple[Concern, ...]
+    questions: tuple[str, ...]
+    mechanical_paths: tuple[str, ...] = DEFAULT_MECHANICAL_PATHS
+    test_paths: tuple[str, ...] = DEFAULT_TEST_PATHS
+
+    def concern(self, patch: str) -> Concern | None:
+        return next((c for c in self.concerns if c.patch == patch), None)
+
+    def line_kind(self, path: str) -> LineKind:
+        """What the changed lines of `path` count as: tests, mechanical, else hand-written core."""
+        if any(glob_match(g, path) for g in self.test_paths):
+            return "tests"
+        if any(glob_match(g, path) for g in self.mechanical_paths):
+            return "mechanical"
+        return "core"
+
+
+def title_problems(title: str) -> list[str]:
+    """Why `title` is not a pull request title in upstream's form (empty: it is one)."""
+    found = []
+    if not TITLE_FORM.match(title):
+        found.append(f"{title!r} is not in upstream's form `<module> : <title>` (e.g. `llama : add a thing`)")
+    if len(title) > TITLE_MAX:
+        found.append(f"{title!r} has {len(title)} characters, at most {TITLE_MAX}")
+    return found
+
+
+def _upstream(fields: TomlFields) -> UpstreamConventions:
+    per_hour = fields.data.get("review_lines_per_hour")
+    if (
+        not isinstance(per_hour, list)
+        or len(per_hour) != 2
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in per_hour)
+        or per_hour[0] > per_hour[1]
+    ):
+        fields.problems.append(
+            f"{fields.where}.review_lines_per_hour: expected [low, high], two positive integers"
+        )
+        per_hour = [1, 1]
+    return UpstreamConventions(
+        pr_template=fields.nonempty_text("pr_template"),
+        kept_section=fields.nonempty_text("kept_section"),
+        submitter_section=fields.nonempty_text("submitter_section"),
+        facts_section=fields.nonempty_text("facts_section"),
+        ci_readme=fields.nonempty_text("ci_readme"),
+        contributing=fields.nonempty_text("contributing"),
+        agents=fields.nonempty_text("agents"),
+        review_lines_per_hour=(per_hour[0], per_hour[1]),
+        feature_issue=fields.positive("feature_issue"),
+        rpc_issue=fields.positive("rpc_issue"),
+        api_changelog_issue=fields.positive("api_changelog_issue"),
+        perplexity_text=fields.nonempty_text("perplexity_text"),
+    )
+
+
+def _pulls(raw: Any, series: list[str], problems: list[str]) -> tuple[Pull, ...]:
+    if not isinstance(raw, list) or not raw:
+        problems.append("pulls: expected an array of tables ([[pulls]]), one per pull request")
+        return ()
+    pulls: list[Pull] = []
+    for i, entry in enumerate(raw):
+        where = f"pulls[{i}]"
+        if not isinstance(entry, dict):
+            problems.append(f"{where}: expected a table")
+            continue
+        fields = TomlFields(entry, where, problems)
+        branch = fields.nonempty_text("branch")
+        if branch and not BRANCH_FORM.match(branch):
+            problems.append(f"{where}.branch: {branch!r} is not a plain branch name")
+        title = fields.nonempty_text("title")
+        if title:
+            problems += [f"{where}.title: {p}" for p in title_problems(title)]
+        why = entry.get("why", "")
+        if not isinstance(why, str):
+            problems.append(f"{where}.why: expected a string")
+            why = ""
+        pulls.append(Pull(i + 1, branch, title, fields.strings("patches"), why.strip()))
+    listed = [p for pull in pulls for p in pull.patches]
+    if listed != series and all(pull.patches for pull in pulls):
+        problems.append(
+            "pulls: the patches of the pull requests, in order, must be the series "
+            f"({', '.join(series) or 'empty'}), each once: stacked pull requests take consecutive patches; "
+            f"they list {', '.join(listed)}"
+        )
+    branches = [p.branch for p in pulls]
+    problems += [
+        f"pulls: branch {b} is used twice" for b in sorted({b for b in branches if branches.count(b) > 1})
+    ]
+    return tuple(pulls)
+
+
+def load_config(path: Path, series: list[str]) -> Config:
+    """Read package.toml; every problem (and every patch of the series without a concern) is listed."""
+    data = read_toml(path)
+    problems: list[str] = []
+    concerns: list[Concern] = []
+    raw = data.get("concerns")
+    if not isinstance(raw, list) or not raw:
+        problems.append("concerns: expected an array of tables ([[concerns]]), one per patch")
+        raw = []
+    for i, entry in enumerate(raw):
+        where = f"concerns[{i}]"
+        if not isinstance(entry, dict):
+            problems.append(f"{where}: expected a table")
+            continue
+        fields = TomlFields(entry, where, problems)
+        text = fields.nonempty_text("verify_group")
+        group = CONFORMANCE_GROUPS.get(text)
+        if text and group is None:
+            problems.append(f"{where}.verify_group: {text!r} is not one of {', '.join(CONFORMANCE_GROUPS)}")
+        concerns.append(
+            Concern(
+                fields.nonempty_text("patch"),
+                fields.nonempty_text("title"),
+                group or "ownership",  # only when a problem is reported: the config is refused
+                fields.strings("paths"),
+                fields.optional_strings("notes"),
+            )
+        )
+    names = [c.patch for c in concerns]
+    problems += [f"concerns: {n} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
+    problems += [
+        f"concerns: no concern declares patch {n} (in series/series)" for n in series if n not in names
+    ]
+    problems += [f"concerns: {n} is not in series/series" for n in names if n and n not in series]
+    top = TomlFields(data, "", problems)
+    config = Config(
+        path,
+        top.strings("deny_words"),
+        top.optional_strings("drop_trailers"),
+        top.strings("api_headers", DEFAULT_API_HEADERS),
+        _upstream(top.table("upstream", optional=True)),
+        _pulls(data.get("pulls"), series, problems),
+        tuple(sorted(concerns, key=lambda c: series.index(c.patch) if c.patch in series else len(series))),
+        top.table("discussion", optional=True).optional_strings("questions"),
+        top.strings("mechanical_paths", DEFAULT_MECHANICAL_PATHS),
+        top.strings("test_paths", DEFAULT_TEST_PATHS),
+    )
+    if problems:
+        raise ConfigError(
+            f"{path}: invalid upstream package configuration ({len(problems)} problem(s))",
+            detail="\n".join(problems),
+            hint="fix upstream-package/package.toml: one [[concerns]] per patch of series/series, "
+            "[[pulls]] that take the series in order",
+        )
+    return config
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """`**` crosses directories, `*` and `?` stay within one path segment."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def glob_match(pattern: str, path: str) -> bool:
+    return bool(_glob_regex(pattern).match(path))
+
+
+# --------------------------------------------------------------------------- the lints of the patches
+
+
+@dataclass(frozen=True)
+class PackageFinding:
+    patch: str
+    line: int | None
+    """The line of the patch file (None: not tied to one line)."""
+    problem: str
+
+    def render(self) -> str:
+        where = f"patches/{self.patch}" + (f":{self.line}" if self.line else "")
+        return f"{where}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class MailLine:
+    number: int
+    kind: str
+    """"author", "subject", "message" or "added"."""
+    text: str
+    file: str = ""
+
+
+def mail_lines(text: str) -> list[MailLine]:
+    """The lines of a format-patch mail that are ours to write: author, subject, message, added lines."""
+    lines = text.split("\n")
+    found: list[MailLine] = []
+    i, header = 1, ""
+    while i < len(lines) and lines[i] != "":
+        line = lines[i]
+        if line[:1] in (" ", "\t") and header in ("author", "subject"):
+            found.append(MailLine(i + 1, header, line))
+        else:
+            key = line.split(":", 1)[0].lower()
+            header = {"from": "author", "subject": "subject"}.get(key, "")
+            if header:
+                found.append(MailLine(i + 1, header, line.split(":", 1)[1]))
+        i += 1
+    in_message, in_hunk, file = True, False, ""
+    for number, line in enumerate(lines[i + 1 :], start=i + 2):
+        if in_message:
+            if line == "---" or line.startswith("diff --git "):
+                in_message = False
+            else:
+                found.append(MailLine(number, "message", line))
+                continue
+        if match := re.match(r"^diff --git a/(.+?) b/(.+)$", line):
+            in_hunk, file = False, match.group(2)
+        elif line.startswith("@@ "):
+            in_hunk = True
+        elif line == "-- ":
+            break
+        elif in_hunk and line.startswith("+"):
+            found.append(MailLine(number, "added", line[1:], file))
+    return found
+
+
+def deny_pattern(words: tuple[str, ...]) -> re.Pattern[str]:
+    """Whole words, any case; `_`, `-` and `.` separate words (`dgr_x` and `x-relay` match)."""
+    alternatives = "|".join(re.escape(w) for w in sorted(words, key=str.lower))
+    return re.compile(rf"(?<![A-Za-z0-9])({alternatives})(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+def deny_findings(name: str, text: str, words: tuple[str, ...]) -> list[PackageFinding]:
+    pattern = deny_pattern(words)
+    found = []
+    for line in mail_lines(text):
+        for match in pattern.finditer(line.text):
+            where = f"added line of {line.file}" if line.kind == "added" else line.kind
+            found.append(
+                PackageFinding(
+                    name, line.number, f"word of ours {match.group(1)!r} in the {where}: {line.text.strip()}"
+                )
+            )
+    return found
+
+
+def path_findings(name: str, files: list[str], concern: Concern) -> list[PackageFinding]:
+    return [
+        PackageFinding(
+            name,
+            None,
+            f"touches {path}, outside the paths of its concern {concern.title!r} "
+            f"({', '.join(concern.paths)})",
+        )
+        for path in files
+        if not concern.allows(path)
+    ]
+
+
+def whitespace_findings(name: str, repo: Path, commit: str) -> list[PackageFinding]:
+    """`git diff --check` of the applied commit against its parent."""
+    result = gitops.git(["diff", "--check", f"{commit}^", commit], cwd=repo, check=False)
+    if result.returncode == 0:
+        return []
+    out = result.stdout.strip()
+    if not out:
+        raise GitError(f"git diff --check failed for {commit}", detail=result.stderr)
+    problems = [line for line in out.splitlines() if not line.startswith(("+", "-", " "))]
+    return [PackageFinding(name, None, f"git diff --check: {p}") for p in problems]
+
+
+# --------------------------------------------------------------------------- the lints of the package
+
+SUBMITTER_BEGIN = "<!-- BEGIN: written by the submitter"
+SUBMITTER_END = "<!-- END: written by the submitter -->"
+"""The marks around what the submitter writes in their own words (the tool writes none of it)."""
+_HTML_TAGS = {"details", "summary", "br", "sub", "sup", "code", "b", "i", "p", "kbd"}
+_ANGLE = re.compile(r"<([A-Za-z][A-Za-z0-9 _.-]*)>")
+_WORD = re.compile(r"\b(TODO|XXX|FIXME|TBD)\b")
+
+
+def submitter_lines(text: str) -> set[int]:
+    """The line numbers (1-based) inside the submitter's marked sections, the marks included."""
+    inside, lines = False, set()
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.startswith(SUBMITTER_BEGIN):
+            inside = True
+        if inside:
+            lines.add(number)
+        if line.startswith(SUBMITTER_END):
+            inside = False
+    return lines
+
+
+def scan_package(name: str, text: str, words: tuple[str, ...]) -> list[str]:
+    """Words of ours anywhere (code included), and placeholders (`<...>`, TODO, XXX) outside the
+    submitter's marked sections, in one rendered file."""
+    pattern = deny_pattern(words)
+    skip = submitter_lines(text)
+    found = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        found += [f"{name}:{number}: word of ours {m.group(1)!r}" for m in pattern.finditer(line)]
+        if number in skip:
+            continue
+        for m in _ANGLE.finditer(line):
+            if m.group(1).lower() not in _HTML_TAGS:
+                found.append(f"{name}:{number}: placeholder {m.group(0)!r} outside the submitter's section")
+        found += [
+            f"{name}:{number}: placeholder {m.group(1)!r} outside the submitter's section"
+            for m in _WORD.finditer(line)
+        ]
+    return found

@@ -1,0 +1,200 @@
+"""`dgr rebase-check`: does the series apply onto another upstream? Per patch: clean / 3-way / conflict.
+
+The other upstream (SOURCE) is a locked rebase target (`pypi:llama-cpp-python==0.3.36`,
+verified like the pin), an unlocked `pypi:NAME==VERSION` (downloaded, reported
+as unverified), a path to a llama.cpp git tree (its HEAD), or a commit in the
+mirror. The check runs in a throwaway repository that borrows the objects of
+the pin and of SOURCE (git alternates), so `git am --3way` finds every preimage.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from dgr.contracts.locks import Pin, SdistRef, UpstreamLock
+from dgr.core import log
+from dgr.core.paths import Cache
+from dgr.errors import UsageError
+from dgr.git import apply, gitops
+from dgr.series import patchfile
+from dgr.sources import pypi, upstream
+
+_PYPI = re.compile(r"^pypi:([A-Za-z0-9._-]+)==([A-Za-z0-9.+!-]+)$")
+_HEX = re.compile(r"^[0-9a-f]{7,40}$")
+DEFAULT_SUBDIR = "vendor/llama.cpp"
+
+
+@dataclass(frozen=True)
+class Onto:
+    """The upstream to check against: a bare repository holding `commit` at refs/dgr/upstream."""
+
+    spec: str
+    repo: Path
+    commit: str
+    tree: str
+    source: str
+    verified: bool
+    sdist: SdistRef | None = None
+    """The sdist that carries the commit (for an unlocked pypi: spec, as downloaded now)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec,
+            "commit": self.commit,
+            "tree": self.tree,
+            "source": self.source,
+            "verified": self.verified,
+        }
+
+
+def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tmp: Path) -> Onto:
+    """Obtain SOURCE: verified when it is a locked target, else staged under `tmp` (unverified)."""
+    if spec in lock.rebase_targets:
+        pin, sources = upstream.select(lock, spec)
+        got = upstream.obtain(cache, pin, sources, mirror)
+        return Onto(spec, got.repo, pin.commit, pin.tree, got.source, True, lock.rebase_targets[spec].sdist)
+    stage = tmp / "onto.git"
+    gitops.init_bare(stage)
+    sdist: SdistRef | None = None
+    if match := _PYPI.match(spec):
+        package, version = match.groups()
+        log.warn(f"{spec} has no entry in locks/upstream.toml [rebase.targets]: its sdist is UNVERIFIED")
+        filename = f"{package.replace('-', '_')}-{version}.tar.gz"
+        archive = pypi.fetch(cache, pypi.Download(package, version, filename, None, False))
+        source, rev = str(upstream.sdist_git_dir(archive, DEFAULT_SUBDIR, tmp / "sdist")), "HEAD"
+        label = f"{spec} (unverified sdist)"
+        # downloads/<sha256>/<file>: the digest it is filed under is the one it has
+        sdist = SdistRef(package, version, filename, archive.parent.name, DEFAULT_SUBDIR)
+    elif Path(spec).exists():
+        source, rev, label = str(Path(spec).resolve()), "HEAD", f"git tree {Path(spec).resolve()}"
+    elif _HEX.match(spec):
+        where = upstream.mirror_path(mirror)
+        if where is None:
+            raise UsageError(
+                f"{spec} looks like a commit, but no mirror is configured to find it in",
+                hint=f"pass --mirror PATH or set ${upstream.MIRROR_ENV}",
+            )
+        source, rev, label = str(where.resolve()), spec, f"mirror {where.resolve()}"
+    else:
+        raise UsageError(
+            f"cannot resolve {spec!r} as an upstream",
+            hint="use a locked target (" + ", ".join(lock.rebase_targets) + "), pypi:NAME==VERSION, "
+            "a path to a llama.cpp git tree, or a commit in the mirror",
+        )
+    gitops.git(
+        ["fetch", "--quiet", "--no-tags", "--depth=1", source, f"{rev}:{upstream.VERIFIED_REF}"],
+        cwd=stage,
+        error=UsageError,
+        what=f"cannot fetch {rev} from {label}",
+    )
+    fetched = gitops.repo(stage).commit(upstream.VERIFIED_REF)
+    commit, tree = fetched.hexsha, fetched.tree.hexsha
+    return Onto(spec, stage, commit, tree, label, False, sdist)
+
+
+def scratch_repo(where: Path, repos: list[Path]) -> Path:
+    """A bare repository borrowing the objects (and shallow boundaries) of `repos`."""
+    scratch = where / "scratch.git"
+    gitops.init_bare(scratch)
+    (scratch / "objects" / "info" / "alternates").write_text(
+        "".join(f"{(r / 'objects').resolve()}\n" for r in repos)
+    )
+    shallow = [
+        line for r in repos if (r / "shallow").is_file() for line in (r / "shallow").read_text().split()
+    ]
+    if shallow:
+        (scratch / "shallow").write_text("".join(f"{oid}\n" for oid in dict.fromkeys(shallow)))
+    return scratch
+
+
+ApplyStatus = Literal["clean", "3-way", "conflict"]
+"""`clean`: plain `git am`; `3-way`: `git am --3way`; `conflict`: neither."""
+
+
+@dataclass
+class PatchReport:
+    name: str
+    subject: str
+    status: ApplyStatus
+    after_failure: bool
+    """An earlier patch conflicted and was skipped: this result is on top of an incomplete series."""
+    files: list[str] = field(default_factory=list)
+    rejections: list[apply.Rejection] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "subject": self.subject,
+            "status": self.status,
+            "after_failure": self.after_failure,
+            "files": self.files,
+            "hunks": [
+                {"file": r.file, "index": n, "header": header}
+                for r in self.rejections
+                for n, header in r.hunks
+            ],
+        }
+
+
+@dataclass
+class RebaseReport:
+    onto: Onto
+    base: Pin
+    patches: list[PatchReport]
+
+    @property
+    def ok(self) -> bool:
+        return all(p.status != "conflict" for p in self.patches)
+
+    def next_step(self) -> str:
+        spec = self.onto.spec
+        if not self.ok:
+            return (
+                f"run `dgr edit --onto {spec}`: it stops at the first conflict; resolve it, "
+                "`git am --continue`, repeat, then `dgr export-patches --dir <that tree>`"
+            )
+        if any(p.status == "3-way" for p in self.patches):
+            return (
+                f"the series applies with 3-way merges: refresh it with `dgr edit --onto {spec}` then "
+                "`dgr export-patches`, and move the pin in locks/upstream.toml"
+            )
+        return f"the series applies cleanly onto {self.onto.commit[:12]}: move the pin in locks/upstream.toml"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "onto": self.onto.to_json(),
+            "base": {"commit": self.base.commit, "tree": self.base.tree},
+            "ok": self.ok,
+            "patches": [p.to_json() for p in self.patches],
+            "next": self.next_step(),
+        }
+
+
+def check(
+    scratch: Path,
+    onto: Onto,
+    base: Pin,
+    patches: list[apply.PatchRef],
+    identity: gitops.Identity,
+    where: Path,
+) -> RebaseReport:
+    """Apply each patch onto `onto` in order, reporting every one (a conflicting patch is skipped)."""
+    reports: list[PatchReport] = []
+    with apply.temp_worktree(scratch, onto.commit, where) as worktree:
+        for patch in patches:
+            subject = patchfile.load(patch.path).subject
+            failed_before = any(r.status == "conflict" for r in reports)
+            if apply.am(worktree, patch.path, identity)[0]:
+                reports.append(PatchReport(patch.name, subject, "clean", failed_before))
+                continue
+            applied, output = apply.am(worktree, patch.path, identity, three_way=True)
+            if applied:
+                reports.append(PatchReport(patch.name, subject, "3-way", failed_before))
+                continue
+            rejections = apply.diagnose(worktree, patch.path)
+            files = apply.conflicted_files(output) or [r.file for r in rejections]
+            reports.append(PatchReport(patch.name, subject, "conflict", failed_before, files, rejections))
+    return RebaseReport(onto, base, reports)

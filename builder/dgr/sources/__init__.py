@@ -1,0 +1,1 @@
+"""Verified sources: downloads from PyPI, the upstream repository, the model."""

@@ -1,0 +1,256 @@
+"""Obtain the pinned llama.cpp commit into the cache and verify it (commit and tree id).
+
+Sources are tried in lock order (mirror, PyPI sdist, git remote). Each fetch
+goes into a fresh bare repository under tmp/, which is verified and only then
+renamed to `upstream/<commit>.git`: a refused source leaves nothing behind.
+A source that does not have the commit is skipped (and reported); a source
+that hands over something else than the lock says is refused outright.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from dgr.contracts.locks import Pin, SdistRef, Source, UpstreamLock
+from dgr.core import log
+from dgr.core.fs import publish_dir
+from dgr.core.paths import Cache
+from dgr.errors import ConfigError, NetworkError, UpstreamError, UsageError
+from dgr.git import gitops
+from dgr.sources import pypi
+
+MIRROR_ENV = "DGR_UPSTREAM_MIRROR"
+VERIFIED_REF = "refs/dgr/upstream"
+SOURCE_NOTE = "dgr-source"
+_NETWORK = re.compile(
+    r"Could not resolve host|unable to access|Failed to connect|Network is unreachable|"
+    r"Connection timed out|Connection refused|Could not read from remote repository"
+)
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """A verified bare repository holding `pin.commit` at refs/dgr/upstream."""
+
+    repo: Path
+    pin: Pin
+    source: str
+
+
+class _UnavailableSourceError(Exception):
+    """This source cannot provide the commit; try the next one."""
+
+    def __init__(self, reason: str, *, network: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.network = network
+
+
+def verify(git_dir: Path, pin: Pin, label: str, ref: str = VERIFIED_REF) -> None:
+    """Refuse unless `ref` is `pin.commit` and its tree is `pin.tree`."""
+    hint = "the source does not hold the locked upstream: fix it, or update locks/upstream.toml on purpose"
+    commit = gitops.rev_parse(git_dir, ref)
+    if commit != pin.commit:
+        raise UpstreamError(
+            f"{label}: {ref} is not the locked commit",
+            expected=pin.commit,
+            actual=commit or "nothing",
+            hint=hint,
+        )
+    tree = gitops.rev_parse(git_dir, f"{pin.commit}^{{tree}}")
+    if tree != pin.tree:
+        raise UpstreamError(
+            f"{label}: commit {pin.commit} has another tree than the lock says",
+            expected=pin.tree,
+            actual=tree or "nothing",
+            hint=hint,
+        )
+
+
+def select(lock: UpstreamLock, spec: str | None) -> tuple[Pin, tuple[Source, ...]]:
+    """The pin and its sources: the lock's own, or those of a locked rebase target named `spec`."""
+    if spec is None:
+        return lock.pin, lock.sources
+    target = lock.rebase_targets.get(spec)
+    if target is None:
+        raise UsageError(
+            f"unknown upstream {spec!r}",
+            hint="use one of the targets in locks/upstream.toml [rebase.targets]: "
+            + (", ".join(lock.rebase_targets) or "(none)"),
+        )
+    # the mirror first, as for the pin: a local repository that has the commit needs no download
+    return target.pin, (Source("mirror"), Source("pypi-sdist", sdist=target.sdist))
+
+
+def obtain(cache: Cache, pin: Pin, sources: tuple[Source, ...], mirror: Path | None = None) -> Upstream:
+    """The verified upstream repository for `pin`, from the cache or the first source that has it."""
+    target = cache.upstream_repo(pin.commit)
+    with FileLock(cache.lock_file(f"upstream-{pin.commit}")):
+        if target.is_dir():
+            try:
+                verify(target, pin, f"cached {target}")
+                return Upstream(target, pin, (target / SOURCE_NOTE).read_text().strip())
+            except (UpstreamError, OSError) as exc:
+                log.warn(f"cache entry {target} is broken ({exc}); obtaining the upstream again")
+                shutil.rmtree(target)
+        skipped: list[_UnavailableSourceError] = []
+        for source in sources:
+            label = _label(source, mirror)
+            log.info(f"upstream {pin.short}: trying {label}")
+            try:
+                return _from_source(cache, pin, source, mirror, target)
+            except _UnavailableSourceError as skip:
+                log.info(f"upstream {pin.short}: skipped {label}: {skip.reason}")
+                skipped.append(skip)
+        tried = "\n".join(f"{_label(s, mirror)}: {k.reason}" for s, k in zip(sources, skipped, strict=True))
+        error = NetworkError if any(k.network for k in skipped) else UpstreamError
+        raise error(
+            f"no source provided the upstream commit {pin.commit}",
+            detail=f"sources tried, in lock order:\n{tried}",
+            hint=f"set ${MIRROR_ENV} or pass --mirror PATH (a llama.cpp git repository holding "
+            f"{pin.commit}), or restore network access",
+        )
+
+
+def adopt(cache: Cache, staged: Path, pin: Pin, label: str) -> Upstream:
+    """Publish a repository staged in the cache's tmp/ (by rebase-check's resolve) as the verified upstream
+    of `pin`: checked like every source (commit and tree), then renamed into `upstream/<commit>.git`."""
+    target = cache.upstream_repo(pin.commit)
+    with FileLock(cache.lock_file(f"upstream-{pin.commit}")):
+        if not target.is_dir():
+            verify(staged, pin, label)
+            (staged / SOURCE_NOTE).write_text(label + "\n")
+            publish_dir(staged, target, replace=False)
+    return Upstream(target, pin, label)
+
+
+def _label(source: Source, mirror: Path | None) -> str:
+    if source.kind == "mirror":
+        return f"mirror {mirror_path(mirror) or '(not configured)'}"
+    if source.kind == "pypi-sdist" and source.sdist:
+        return f"PyPI sdist {source.sdist.package}=={source.sdist.version}"
+    return f"git remote {source.url}"
+
+
+def mirror_path(mirror: Path | None) -> Path | None:
+    """`--mirror PATH` if given, else `$DGR_UPSTREAM_MIRROR`, else None."""
+    if mirror is not None:
+        return mirror
+    env = os.environ.get(MIRROR_ENV)
+    return Path(env) if env else None
+
+
+def _from_source(cache: Cache, pin: Pin, source: Source, mirror: Path | None, target: Path) -> Upstream:
+    with cache.tmpdir(f"upstream-{pin.short}") as tmp:
+        stage = tmp / "repo.git"
+        gitops.init_bare(stage)
+        if source.kind == "mirror":
+            label = _fetch_mirror(stage, pin, mirror_path(mirror))
+        elif source.kind == "pypi-sdist" and source.sdist:
+            label = _fetch_sdist(cache, stage, source.sdist, tmp)
+        else:
+            label = _fetch_remote(stage, pin, source.url)
+        verify(stage, pin, label)
+        (stage / SOURCE_NOTE).write_text(label + "\n")
+        publish_dir(stage, target, replace=False)
+    log.info(f"upstream {pin.short}: verified commit {pin.commit} tree {pin.tree} from {label}")
+    return Upstream(target, pin, label)
+
+
+def _fetch(stage: Path, source: str, rev: str, label: str) -> None:
+    result = gitops.git(
+        ["fetch", "--quiet", "--no-tags", "--depth=1", source, f"{rev}:{VERIFIED_REF}"],
+        cwd=stage,
+        check=False,
+    )
+    if result.returncode != 0:
+        output = (result.stderr + result.stdout).strip()
+        raise _UnavailableSourceError(
+            f"git fetch failed: {output.splitlines()[-1] if output else 'no output'}",
+            network=bool(_NETWORK.search(output)),
+        )
+    log.info(f"fetched {rev[:12]} from {label}")
+
+
+def _fetch_mirror(stage: Path, pin: Pin, mirror: Path | None) -> str:
+    if mirror is None:
+        raise _UnavailableSourceError(f"not configured (set ${MIRROR_ENV} or pass --mirror PATH)")
+    if not mirror.exists():
+        raise _UnavailableSourceError(f"{mirror} does not exist")
+    if gitops.rev_parse(mirror, f"{pin.commit}^{{commit}}") is None:
+        raise _UnavailableSourceError(f"{mirror} does not contain commit {pin.commit}")
+    label = f"mirror {mirror.resolve()}"
+    _fetch(stage, str(mirror.resolve()), pin.commit, label)
+    return label
+
+
+def _fetch_remote(stage: Path, pin: Pin, url: str) -> str:
+    label = f"git remote {url}"
+    with log.step(f"fetch {pin.short} from {url}"):
+        _fetch(stage, url, pin.commit, label)
+    return label
+
+
+def _fetch_sdist(cache: Cache, stage: Path, sdist: SdistRef, tmp: Path) -> str:
+    try:
+        archive = pypi.fetch(
+            cache, pypi.Download(sdist.package, sdist.version, sdist.filename, sdist.sha256, False)
+        )
+    except NetworkError as exc:
+        raise _UnavailableSourceError(exc.what, network=True) from exc
+    git_dir = sdist_git_dir(archive, sdist.subdir, tmp / "sdist")
+    label = f"{sdist.spec} (sha256 {sdist.sha256})"
+    _fetch(stage, str(git_dir), "HEAD", label)
+    return label
+
+
+def sdist_git_dir(archive: Path, subdir: str, dest: Path) -> Path:
+    """Extract the git repository of `subdir` from an sdist; returns a git dir ready to fetch from.
+
+    In llama-cpp-python's sdist, `<top>/vendor/llama.cpp/.git` is a file
+    (`gitdir: ../../.git/modules/vendor/llama.cpp`) and the (shallow) repository
+    is under `<top>/.git/modules/`. Only those members are extracted.
+    """
+    with (
+        log.step(f"extract the git repository of {subdir} from {archive.name}"),
+        tarfile.open(archive) as tar,
+    ):
+        first = tar.next()
+        if first is None:
+            raise UpstreamError(f"{archive}: empty archive")
+        top = first.name.split("/", 1)[0]
+        wanted = (f"{top}/.git/", f"{top}/{subdir}/.git/")
+        members = [
+            m for m in tar.getmembers() if m.name == f"{top}/{subdir}/.git" or m.name.startswith(wanted)
+        ]
+        tar.extractall(dest, members=members, filter="data")
+    dot_git = dest / top / subdir / ".git"
+    if dot_git.is_file():
+        pointer = dot_git.read_text().strip()
+        if not pointer.startswith("gitdir:"):
+            raise UpstreamError(f"{archive}: {top}/{subdir}/.git is not a gitdir pointer", actual=pointer)
+        git_dir = (dot_git.parent / pointer.removeprefix("gitdir:").strip()).resolve()
+    elif dot_git.is_dir():
+        git_dir = dot_git
+    else:
+        raise UpstreamError(
+            f"{archive}: no git repository at {top}/{subdir}",
+            hint="this sdist does not carry llama.cpp as a git repository: use a mirror (--mirror PATH)",
+        )
+    if not git_dir.resolve().is_relative_to(dest.resolve()):
+        raise UpstreamError(
+            f"{archive}: the gitdir pointer of {subdir} leaves the archive", actual=str(git_dir)
+        )
+    # the submodule's config points core.worktree at the (not extracted) checkout: make it a bare repository
+    config = git_dir / "config"
+    if not config.is_file():
+        raise ConfigError(f"{archive}: {git_dir.relative_to(dest)} is not a git repository")
+    gitops.set_config(config, {("core", "worktree"): None, ("core", "bare"): "true"})
+    return git_dir

@@ -1,0 +1,71 @@
+"""What a layer split costs, measured side by side in one run (`dgr bench`, dgr/commands/bench.py):
+
+- split: prefill (64 and 512 tokens) and decode tokens/s of the whole model vs 2, 3 and 5 ranges, (a) all
+  ranges in one process (`layer-bench split`), (b) one worker process per range over pipes; ratios to whole;
+- memory: model bytes, KV bytes and peak RSS per range vs its owned fraction, and a PNG chart;
+- both for every locked model (`model_bench`; the default model's at the top of bench.json, the others'
+  under `models.<name>`);
+- codec: bundle encode + decode GB/s vs memcpy of the same bytes (C++ worker codec and Python codec);
+- build (dgr/buildtime.py, it drives `dgr build`): cold `dgr build`, no-op and a rebuild after editing one
+  patch, each beside a plain cmake + ninja build of the same targets (skipped by --quick);
+- fuzz (--fuzz): the worker's decoders under libFuzzer for at least 1,000,000 executions.
+
+Every ratio is taken from measurements interleaved in the same run (whole, split, whole, split, ...), best of
+the repetitions, so a noisy machine affects both sides alike. The JSON keys are documented in README.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+from pathlib import Path
+
+from dgr.contracts.bench import BenchModel, Machine, ModelBench
+from dgr.core import log
+from dgr.verify.bench import memory, split
+from dgr.verify.models import inventory
+
+
+def machine() -> Machine:
+    """Where the measurements ran: date (UTC), CPU model, cores, platform, Python."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return Machine(
+        date=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        cpu=cpu,
+        cores=os.cpu_count(),
+        platform=platform.platform(),
+        python=platform.python_version(),
+    )
+
+
+def model_bench(
+    bin_dir: Path, name: str, model_path: Path, quick: bool, threads: int, ctx: int, chart: Path
+) -> ModelBench:
+    """The split cost (in one process and one worker per range) and the memory table of one more model,
+    with its memory chart at `chart`."""
+    inv = inventory.read(model_path)
+    worker = bin_dir / "layer-worker"
+    with log.step(f"{name}: split cost, all ranges in one process"):
+        in_process = split.in_process(bin_dir, model_path, inv.n_layer, quick, threads)
+    with log.step(f"{name}: split cost, one worker process per range"):
+        workers = split.workers(worker, model_path, inv.n_layer, quick, threads, ctx)
+    with log.step(f"{name}: memory per range"):
+        rows = memory.measure(worker, model_path, inv, quick, ctx)
+    png = memory.chart(rows, chart, model_path.stem, ctx)
+    return ModelBench(
+        name=name,
+        model=BenchModel(file=model_path.name, n_layer=inv.n_layer, bytes=inv.n_bytes, name=name),
+        hop_bytes_per_token=inv.n_embd * 4,
+        in_process=in_process,
+        workers=workers,
+        memory=rows,
+        chart=str(png) if png else None,
+    )

@@ -1,0 +1,73 @@
+"""The worker's decoders (frames, fragments, bundles) under libFuzzer with ASan and UBSan."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dgr.core import proc
+from dgr.core.paths import Context
+from dgr.errors import BenchError
+from dgr.verify.wire import bundle, frames
+
+
+def run(ctx: Context, source_dir: Path, runs: int) -> dict[str, int | float | str | bool]:
+    """Build the libFuzzer harness of the worker's decoders with clang and run it."""
+    clang = shutil.which("clang++") or shutil.which("clang++-14")
+    if clang is None:
+        return {"ran": False, "reason": "clang++ not found (apt-get install clang-14 libclang-rt-14-dev)"}
+    work = ctx.cache.root / "fuzz"
+    work.mkdir(parents=True, exist_ok=True)
+    worker_dir = ctx.repo.worker_dir
+    binary = work / "fuzz_decoders"
+    proc.run(
+        [
+            clang,
+            "-std=c++17",
+            "-O1",
+            "-g",
+            "-fsanitize=fuzzer,address,undefined",
+            "-fno-sanitize-recover=undefined",
+            f"-I{worker_dir}",
+            f"-I{source_dir / 'vendor'}",
+            worker_dir / "fuzz_decoders.cpp",
+            worker_dir / "bundle.cpp",
+            worker_dir / "frame.cpp",
+            "-o",
+            binary,
+        ],
+        error=BenchError,
+        what="cannot build the fuzz harness",
+    )
+    corpus = work / "corpus"
+    corpus.mkdir(exist_ok=True)
+    sample = bundle.encode(
+        {"model": "0" * 16, "n_tokens": "2", "session": "s", "epoch": "1", "pos": "0"},
+        {"residual": ("F32", np.ones((2, 4), np.float32))},
+    )
+
+    (corpus / "seed-bundle").write_bytes(sample)
+    (corpus / "seed-frames").write_bytes(frames.encode_message({"id": 1, "op": "decode"}, sample, 64))
+    start = time.monotonic()
+    result = proc.run(
+        [binary, f"-runs={runs}", "-max_len=4096", "-timeout=10", "-print_final_stats=1", corpus],
+        check=False,
+        timeout=3600,
+    )
+    seconds = time.monotonic() - start
+    stats = dict(re.findall(r"^stat::(\w+):\s+(\d+)", result.stderr, re.M))
+    crashed = result.returncode != 0
+    return {
+        "ran": True,
+        "runs_requested": runs,
+        "executions": int(stats.get("number_of_executed_units", 0)),
+        "seconds": round(seconds, 1),
+        "exec_per_s": int(stats.get("average_exec_per_sec", 0)),
+        "crashes": int(crashed),
+        "exit_code": result.returncode,
+        "tail": result.stderr[-1500:] if crashed else "",
+    }

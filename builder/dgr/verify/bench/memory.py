@@ -1,0 +1,100 @@
+"""Memory of a layer range: weight buffers, KV cache and peak RSS per range, and the chart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from dgr.contracts.bench import MemoryRow
+from dgr.core import log
+from dgr.verify.models import inventory, prompts
+from dgr.verify.wire.client import ContextParams, Worker
+
+
+def table_ranges(n_layer: int, quick: bool = False) -> list[tuple[int, int]]:
+    """The ranges of the memory table, from the layer count: the whole model; ranges from the start of the
+    middle third of 1, 3 and 5 layers and the middle third itself; the middle two thirds; the first and the
+    last third (for 30 layers: [0, 30), [10, 11), [10, 13), [10, 15), [10, 20), [5, 25), [0, 10), [20, 30)).
+    Quick: the whole model and the middle third."""
+    third = max(1, n_layer // 3)
+    middle = (third, min(n_layer, 2 * third))
+    grown = [(third, third + size) for size in (1, 3, 5) if third + size < middle[1]]
+    ranges = [(0, n_layer), middle] if quick else [(0, n_layer), *grown, middle]
+    if not quick:
+        ranges += [(n_layer // 6, n_layer - n_layer // 6), (0, third), (n_layer - third, n_layer)]
+    return [r for r in dict.fromkeys(ranges) if 0 <= r[0] < r[1] <= n_layer]
+
+
+def measure(
+    worker: Path, model_path: Path, inv: inventory.Inventory, quick: bool, ctx: int = 1024
+) -> tuple[MemoryRow, ...]:
+    """Model bytes, KV bytes (a context of `ctx` cells) and peak RSS (mmap off, fresh process, after a
+    64-token prefill) per range."""
+    n = inv.n_layer
+    ranges = table_ranges(n, quick)
+    measured: list[tuple[int, int, int, int, int, int]] = []
+    for begin, end in ranges:
+        with Worker(worker, f"mem[{begin},{end})") as w:
+            rep = w.load(
+                model_path, (begin, end), mmap=False, context=ContextParams(n_ctx=ctx, max_sessions=1)
+            )
+            tokens = w.request("tokenize", text=prompts.LONG).header["tokens"][:64] if begin == 0 else None
+            if tokens is not None:
+                w.request("decode", tokens=tokens, session="m", epoch=1, pos=0, n_tokens=len(tokens))
+            mem = w.request("memory").header
+        owned = inv.expected(begin, end)
+        row = (begin, end, inv.bytes_of(owned), rep["buffer_size"], mem["kv_bytes"], mem["peak_rss"])
+        measured.append(row)
+    whole = measured[0]
+    return tuple(
+        MemoryRow(
+            layers=(begin, end),
+            owned_layers=end - begin,
+            owned_fraction=(end - begin) / n,
+            owned_tensor_bytes=owned_bytes,
+            model_bytes=model_bytes,
+            model_fraction=model_bytes / inv.n_bytes,
+            kv_bytes=kv_bytes,
+            peak_rss=peak_rss,
+            kv_fraction=kv_bytes / whole[4],
+            peak_rss_fraction=peak_rss / whole[5],
+        )
+        for begin, end, owned_bytes, model_bytes, kv_bytes, peak_rss in measured
+    )
+
+
+def chart(rows: Sequence[MemoryRow], path: Path, title: str, ctx: int) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warn("matplotlib is not installed: no chart (pip install -e '.[bench]')")
+        return None
+    n_layer = max(r.layers[1] for r in rows)
+    middle = sorted(
+        (r for r in rows if (r.layers[0] > 0 and r.layers[1] < n_layer) or r.layers == (0, n_layer)),
+        key=lambda r: r.owned_layers,
+    )
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    x = [r.owned_layers for r in middle]
+    series = {
+        "model buffers": [r.model_bytes for r in middle],
+        "KV cache": [r.kv_bytes for r in middle],
+        "peak RSS": [r.peak_rss for r in middle],
+    }
+    for label, values in series.items():
+        ax.plot(x, [v / 2**20 for v in values], marker="o", label=label)
+    ax.set_xlabel(f"owned layers (ranges without the embeddings; {n_layer} = whole model)")
+    ax.set_ylabel("MiB")
+    ax.set_title(f"{title}: memory of a layer range (mmap off, n_ctx {ctx})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(
+        path,
+        metadata={"Software": None, "CreationDate": None} if path.suffix == ".pdf" else {"Software": None},
+    )
+    plt.close(fig)
+    return path

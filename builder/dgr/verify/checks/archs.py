@@ -1,0 +1,180 @@
+"""The `archs` group: every architecture of llama.cpp's arch list in `test-llama-archs --layer-ranges`
+(added by the series): an architecture that supports layer ranges is split and its chains compared with
+the whole model, bit for bit; any other is refused at load with the standard message; one that upstream's
+random-model generator cannot build says why. One check per row, parsed from the table the test prints, and
+one for the whole table."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from dgr.contracts.archtable import ARCHS, ARCHS_SUMMARY, ArchRow, ArchsSummary
+from dgr.contracts.report import SYNTHETIC, Check
+from dgr.core import proc
+from dgr.errors import VerifyError
+from dgr.verify.checks.session import GroupSpec, Session
+
+# the arguments of the test's CTest entry (tests/CMakeLists.txt of the series): a fixed seed, so that the
+# table is the same in every run
+ARGS = ("--layer-ranges", "-s", "42")
+TEST_NAME = "test-llama-archs-layer-ranges"
+SUMMARY = ARCHS_SUMMARY
+
+Status = Literal["certified", "refused", "no-model", "failed"]
+_STATUS: dict[str, Status] = {
+    "CERTIFIED": "certified",
+    "REFUSED": "refused",
+    "NO MODEL": "no-model",
+    "FAIL": "failed",
+}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ROW = re.compile(
+    r"^\|\s*(?P<arch>[^|]+?)\s*\|\s*(?P<config>Dense|MoE|-)\s*\|\s*(?P<layers>\d+|-)\s*\|(?P<rest>.*)$"
+)
+_RESULT = re.compile(r"^(?P<word>CERTIFIED|REFUSED|NO MODEL|FAIL)\b\s*(?P<detail>.*)$")
+_SUMMARY = re.compile(r"^Summary: (?P<archs>\d+) architectures,")
+# the message of a range refused by an architecture that has not opted in (llm_arch_supports_layer_range())
+REFUSAL = "not opted in, refused at load"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    arch: str
+    config: str
+    """Dense, MoE, or "-" when the generator cannot build the architecture."""
+    n_layer: int | None
+    ranges: tuple[str, ...]
+    status: Status | None
+    """None: the test stopped while it ran this model (a crash)."""
+    detail: str
+
+    @property
+    def name(self) -> str:
+        return self.arch if self.config == "-" else f"{self.arch}/{self.config.lower()}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Table:
+    rows: list[Row]
+    n_archs: int | None
+    """The architectures of the arch list, from the test's summary line (None: no summary printed)."""
+
+
+def parse(output: str) -> Table:
+    """The rows of the table in the output of the test, in order, and its summary."""
+    rows: list[Row] = []
+    n_archs = None
+    for line in _ANSI.sub("", output).splitlines():
+        line = line.strip()
+        s = _SUMMARY.match(line)
+        if s:
+            n_archs = int(s.group("archs"))
+            continue
+        m = _ROW.match(line)
+        if not m or m.group("arch") == "Model arch.":
+            continue
+        ranges, _, result = m.group("rest").partition("|")
+        r = _RESULT.match(result.strip())
+        layers = m.group("layers")
+        rows.append(
+            Row(
+                arch=m.group("arch"),
+                config=m.group("config"),
+                n_layer=int(layers) if layers.isdigit() else None,
+                ranges=tuple(x.strip() for x in ranges.strip().split(",") if x.strip()),
+                status=_STATUS[r.group("word")] if r else None,
+                detail=r.group("detail").strip() if r else "",
+            )
+        )
+    return Table(rows=rows, n_archs=n_archs)
+
+
+def _row_problem(row: Row, exit_code: int, output: str) -> str:
+    if row.status is None:
+        return f"the test stopped at this model (exit code {exit_code}): {output.strip()[-1500:]}"
+    if row.status == "failed":
+        return row.detail or "failed without a reason"
+    if row.status == "refused" and row.detail != REFUSAL:
+        return f"refused with {row.detail!r}, not with the standard refusal at load"
+    if row.status == "no-model" and not row.detail:
+        return "no model, without a reason"
+    return ""
+
+
+def checks(output: str, exit_code: int) -> list[Check]:
+    """One check per row (certified, refused at load with the standard message, or no model with a reason
+    passes; a mismatch, another error or a crash fails), and one for the whole table: every architecture of
+    the arch list has a row, and the test exited with 0."""
+    table = parse(output)
+    out: list[Check] = []
+    for row in table.rows:
+        problem = _row_problem(row, exit_code, output)
+        out.append(
+            Check(
+                group=ARCHS,
+                name=row.name,
+                evidence=SYNTHETIC,
+                passed=not problem,
+                figures=ArchRow(
+                    status=row.status or "crashed",
+                    n_layer=row.n_layer,
+                    ranges=row.ranges,
+                    reason=row.detail if row.status in ("refused", "no-model") else None,
+                ).to_json(),
+                detail=problem,
+            )
+        )
+    statuses: tuple[Status, ...] = ("certified", "refused", "no-model", "failed")
+    archs: dict[Status, list[str]] = {
+        s: sorted({r.arch for r in table.rows if r.status == s}) for s in statuses
+    }
+    n_archs_rows = len({r.arch for r in table.rows})
+    problems = []
+    if not table.rows:
+        problems.append(f"the test printed no table (exit code {exit_code}): {output.strip()[-1500:]}")
+    if table.n_archs is None:
+        problems.append("the test printed no summary line: it stopped before the end of the table")
+    elif n_archs_rows != table.n_archs:
+        problems.append(f"{n_archs_rows} architectures have a row, the arch list has {table.n_archs}")
+    if exit_code != 0:
+        problems.append(f"the test exited with {exit_code}")
+    out.append(
+        Check(
+            group=ARCHS,
+            name=SUMMARY,
+            evidence=SYNTHETIC,
+            passed=not problems,
+            figures=ArchsSummary(
+                architectures=table.n_archs,
+                rows=len(table.rows),
+                certified=len(archs["certified"]),
+                refused=len(archs["refused"]),
+                no_model_count=len(archs["no-model"]),
+                failed=len(archs["failed"]),
+                certified_archs=tuple(archs["certified"]),
+                no_model={r.arch: r.detail for r in table.rows if r.status == "no-model"},
+            ).to_json(),
+            detail="\n".join(problems),
+        )
+    )
+    return out
+
+
+def _verify(session: Session) -> list[Check]:
+    """The table of the layer-range test of every architecture: from the native group's run of it (its
+    exit status as CTest judged it), else its own run."""
+    build_dir = session.patched.path
+    native_ran = session.native_ran
+    ran = next((c for c in native_ran.checks if c.name == TEST_NAME), None) if native_ran else None
+    if native_ran is not None and ran is not None:
+        return checks(native_ran.outputs[TEST_NAME], 0 if ran.passed else 1)
+    exe = build_dir / "bin" / "test-llama-archs"
+    if not exe.is_file():
+        raise VerifyError(f"the build at {build_dir} has no test-llama-archs", hint="run `dgr build`")
+    result = proc.run([exe, *ARGS], check=False, error=VerifyError, what="test-llama-archs", cwd=build_dir)
+    return checks(result.stdout, result.returncode)
+
+
+GROUP = GroupSpec(_verify)

@@ -1,0 +1,293 @@
+"""Concern 2: boundary input/output, the bundle, and split generation."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dgr.contracts.report import REAL_MODEL, Check, Evidence
+from dgr.errors import WorkerRequestError
+from dgr.verify.checks.report import guarded, matching_prefix
+from dgr.verify.checks.session import conformance
+from dgr.verify.models import inventory, prompts, synth
+from dgr.verify.models.env import Env, RealModel
+from dgr.verify.wire import bundle
+from dgr.verify.wire.client import Worker
+from dgr.verify.wire.pipeline import Pipeline
+
+PREFILL_TOKENS = 64
+GEN_TOKENS = 64
+FRAGMENT_BODY = 16 << 10
+"""The frame body limit of the fragmented-bundles check: every bundle and the logits travel in pieces."""
+
+
+def _prefill_tokens(pipe: Pipeline, model_is_real: bool) -> list[int]:
+    if model_is_real:
+        tokens = pipe.tokenize(prompts.LONG)
+        if len(tokens) < PREFILL_TOKENS:
+            raise RuntimeError(f"the prompt has {len(tokens)} tokens, fewer than {PREFILL_TOKENS}")
+        return tokens[:PREFILL_TOKENS]
+    rng = np.random.default_rng(5)
+    return [int(t) for t in rng.integers(0, synth.LLAMA_UNTIED.n_vocab, PREFILL_TOKENS)]
+
+
+def check_prefill_splits(env: Env, model: Path, evidence: Evidence, label: str) -> list[Check]:
+    """Tail logits of a split prefill vs the unsplit model's, bit for bit, for every token of the prompt,
+    for every split of inventory.shard_counts (halves, thirds, sixths, every layer alone)."""
+    n_layer = inventory.read(model).n_layer
+    checks = []
+    with Pipeline(env.worker, model, [(0, n_layer)], threads=env.threads) as whole:
+        tokens = _prefill_tokens(whole, evidence == REAL_MODEL)
+        ref = whole.step("prefill", 1, 0, tokens, logits="all").logits
+    for k in inventory.shard_counts(n_layer):
+        with Pipeline(env.worker, model, inventory.split(n_layer, k), threads=env.threads) as pipe:
+            out = pipe.step("prefill", 1, 0, tokens, logits="all").logits
+        max_abs = float(np.abs(out - ref).max())
+        exact = bool(np.array_equal(out, ref))
+        figures = {
+            "shards": k,
+            "tokens": len(tokens),
+            "max_abs_diff": max_abs,
+            "bit_exact": exact,
+            "logits_compared": int(ref.size),
+        }
+        checks.append(
+            Check(
+                group="boundary",
+                name=f"prefill-split-{k}/{label}",
+                evidence=evidence,
+                # the split computes what the whole model computes: the logits are equal bit for bit
+                passed=exact,
+                figures=figures,
+                detail=""
+                if exact
+                else f"the logits differ from the unsplit model's (max abs diff {max_abs})",
+            )
+        )
+    return checks
+
+
+def check_baseline(env: Env, m: RealModel) -> Check:
+    """The patched build with no range gives the logits and the saved state of the upstream build, bit for
+    bit."""
+    name = f"no-range-vs-upstream/{m.name}"
+    if env.baseline_worker is None:
+        return Check(
+            group="boundary",
+            name=name,
+            evidence=REAL_MODEL,
+            passed=False,
+            figures={},
+            detail="no upstream baseline build: run `dgr build --upstream-only`",
+        )
+    results = []
+    states = []
+    for binary in (env.worker, env.baseline_worker):
+        with Pipeline(binary, m.path, m.whole, threads=env.threads) as pipe:
+            tokens = pipe.tokenize(prompts.LONG)[:PREFILL_TOKENS]
+            results.append(pipe.step("baseline", 1, 0, tokens, logits="all").logits)
+            results.append(pipe.step("baseline", 1, len(tokens), [tokens[-1]], logits="all").logits)
+            # the saved state of the session (its KV cache): the patch keeps a whole model's state format
+            states.append(pipe.workers[0].request("state_save", session="baseline", epoch=1).body)
+    patched = np.concatenate(results[:2])
+    upstream = np.concatenate(results[2:])
+    exact = bool(np.array_equal(patched, upstream))
+    same_state = states[0] == states[1]
+    figures = {
+        "tokens": PREFILL_TOKENS + 1,
+        "bit_identical": exact,
+        "max_abs_diff": float(np.abs(patched - upstream).max()),
+        "state_bytes": [len(s) for s in states],
+        "state_identical": same_state,
+    }
+    problems = [] if exact else ["the logits of the patched build without a range differ from upstream"]
+    if not same_state:
+        problems.append(
+            f"the saved state differs from upstream's ({len(states[0])} vs {len(states[1])} bytes)"
+        )
+    return Check(
+        group="boundary",
+        name=name,
+        evidence=REAL_MODEL,
+        passed=not problems,
+        figures=figures,
+        detail="; ".join(problems),
+    )
+
+
+def check_generation(env: Env, m: RealModel) -> Check:
+    """Greedy generation through 3 worker processes equals the unsplit model, token for token."""
+    problems = []
+    matched = []
+    with (
+        Pipeline(env.worker, m.path, m.whole, threads=env.threads) as whole,
+        Pipeline(env.worker, m.path, m.split(3), threads=env.threads) as split,
+    ):
+        for i, text in enumerate(prompts.GENERATION):
+            tokens = whole.tokenize(text)
+            a = whole.generate(f"gen{i}", 1, tokens, GEN_TOKENS)
+            b = split.generate(f"gen{i}", 1, tokens, GEN_TOKENS)
+            same = matching_prefix(a, b)
+            matched.append(same)
+            if a != b:
+                problems.append(f"prompt {i}: diverges at token {same}")
+    return Check(
+        group="boundary",
+        name=f"generate-3-workers/{m.name}",
+        evidence=REAL_MODEL,
+        passed=not problems,
+        figures={
+            "prompts": len(prompts.GENERATION),
+            "tokens_each": GEN_TOKENS,
+            "split": [list(r) for r in m.split(3)],
+            "matching_tokens": matched,
+        },
+        detail="\n".join(problems),
+    )
+
+
+def check_fragments(env: Env, m: RealModel) -> Check:
+    """With a 16 KiB frame limit every bundle and the logits travel as fragments; results stay identical."""
+    with (
+        Pipeline(env.worker, m.path, m.whole, threads=env.threads) as whole,
+        Pipeline(env.worker, m.path, m.split(2), threads=env.threads, max_body=FRAGMENT_BODY) as split,
+    ):
+        tokens = whole.tokenize(prompts.LONG)[:PREFILL_TOKENS]
+        ref = whole.step("frag", 1, 0, tokens, logits="all").logits
+        out = split.step("frag", 1, 0, tokens, logits="all").logits
+    exact = bool(np.array_equal(ref, out))
+    bundle_bytes = PREFILL_TOKENS * m.inv.n_embd * 4
+    return Check(
+        group="boundary",
+        name=f"fragmented-bundles/{m.name}",
+        evidence=REAL_MODEL,
+        passed=exact,
+        figures={
+            "max_body": FRAGMENT_BODY,
+            "bundle_bytes": bundle_bytes,
+            "fragments_per_bundle": -(-bundle_bytes // FRAGMENT_BODY),
+            "logits_bytes": int(out.nbytes),
+            "fragments_per_logits": -(-int(out.nbytes) // FRAGMENT_BODY),
+            "bit_exact": exact,
+        },
+    )
+
+
+def _expect_refusal(w: Worker, code: str, phrase: str, body: bytes = b"", **fields: Any) -> str | None:
+    try:
+        w.request("decode", body, **fields)
+    except WorkerRequestError as e:
+        if e.code != code or phrase not in e.message:
+            return f"expected {code} mentioning {phrase!r}, got {e.code}: {e.message}"
+        return None
+    return f"accepted, expected {code}"
+
+
+def check_refusals(env: Env, m: RealModel) -> Check:
+    other_spec = synth.LLAMA_UNTIED
+    with (
+        Pipeline(env.worker, m.path, m.split(3), threads=env.threads) as pipe,
+        Pipeline(
+            env.worker, env.synth(other_spec), inventory.split(other_spec.n_layer, 2), threads=env.threads
+        ) as other,
+    ):
+        head, middle, tail = pipe.workers
+        tokens = pipe.tokenize(prompts.GENERATION[0])
+        n = len(tokens)
+        base: dict[str, Any] = {"session": "r", "epoch": 1, "pos": 0, "n_tokens": n}
+        good = head.request("decode", tokens=tokens, **base).body
+        other_tokens = [t % other_spec.n_vocab for t in tokens]
+        other_bundle = other.workers[0].request("decode", tokens=other_tokens, **base).body
+        # name: (worker, error code, phrase of its message, body, fields over `base`)
+        cases: dict[str, tuple[Worker, str, str, bytes, dict[str, Any]]] = {
+            "middle fed tokens": (middle, "wrong_input", "not tokens", b"", {"tokens": tokens}),
+            "head fed a bundle": (head, "wrong_input", "not a bundle", good, {}),
+            "bundle from another model": (middle, "bundle_mismatch", "model", other_bundle, {}),
+            "bundle of the wrong layer range": (tail, "bundle_mismatch", "layer_end", good, {}),
+            "bundle with another epoch": (middle, "bundle_mismatch", "epoch", good, {"epoch": 2}),
+            "truncated bundle": (middle, "bad_bundle", "truncated", good[:-100], {}),
+            "bundle with trailing bytes": (middle, "bad_bundle", "trailing", good + b"\0" * 8, {}),
+        }
+        problems: dict[str, str] = {}
+        for name, (w, code, phrase, body, extra) in cases.items():
+            err = _expect_refusal(w, code, phrase, body, **{**base, **extra})
+            if err:
+                problems[name] = err
+        # the chain still works after the refusals
+        middle.request("decode", good, **base)
+    return Check(
+        group="boundary",
+        name=f"refusals/{m.name}",
+        evidence=REAL_MODEL,
+        passed=not problems,
+        figures={"cases": len(cases), "refused": len(cases) - len(problems)},
+        detail="\n".join(f"{k}: {v}" for k, v in problems.items()),
+    )
+
+
+def check_codec_roundtrip(env: Env, m: RealModel) -> Check:
+    """A bundle the worker wrote decodes in Python with every field, and re-encodes to the same bytes."""
+    split = [m.split(3)[0], (m.split(3)[0][1], m.n_layer)]
+    with Pipeline(env.worker, m.path, split, threads=env.threads) as pipe:
+        tokens = pipe.tokenize(prompts.GENERATION[1])
+        rep = pipe.workers[0].request(
+            "decode", tokens=tokens, session="c", epoch=3, pos=0, n_tokens=len(tokens)
+        )
+    b = bundle.decode(rep.body)
+    meta_ok = (
+        b.meta.get("layer_end") == str(split[0][1])
+        and b.meta.get("session") == "c"
+        and b.meta.get("epoch") == "3"
+        and b.meta.get("n_tokens") == str(len(tokens))
+    )
+    res = b.tensor("residual")
+    same = bundle.encode(b.meta, b.tensors) == rep.body
+    passed = meta_ok and res.shape == (len(tokens), m.inv.n_embd) and same
+    return Check(
+        group="boundary",
+        name=f"bundle-codec-interop/{m.name}",
+        evidence=REAL_MODEL,
+        passed=passed,
+        figures={"bundle_bytes": len(rep.body), "shape": list(res.shape), "reencoded_identical": same},
+    )
+
+
+def run_fixtures(env: Env) -> list[Check]:
+    """Split prefills of the synthetic models."""
+    checks: list[Check] = []
+    for model, evidence, label in env.synthetic_models():
+        checks += guarded(
+            "boundary",
+            f"prefill-splits/{label}",
+            evidence,
+            partial(check_prefill_splits, env, model, evidence, label),
+        )
+    return checks
+
+
+MODEL_CHECKS = (
+    ("no-range-vs-upstream", check_baseline),
+    ("generate-3-workers", check_generation),
+    ("fragmented-bundles", check_fragments),
+    ("refusals", check_refusals),
+    ("bundle-codec-interop", check_codec_roundtrip),
+)
+
+
+def run_model(env: Env, m: RealModel) -> list[Check]:
+    """Split prefills of the model, then MODEL_CHECKS."""
+    checks = guarded(
+        "boundary",
+        f"prefill-splits/{m.name}",
+        REAL_MODEL,
+        partial(check_prefill_splits, env, m.path, REAL_MODEL, m.name),
+    )
+    for name, fn in MODEL_CHECKS:
+        checks += guarded("boundary", f"{name}/{m.name}", REAL_MODEL, partial(fn, env, m))
+    return checks
+
+
+GROUP = conformance("boundary", run_fixtures, run_model, needs_baseline=True)

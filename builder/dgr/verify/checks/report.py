@@ -1,0 +1,95 @@
+"""Running checks, and the table and JUnit XML of their results (the report itself: dgr.contracts.report)."""
+
+from __future__ import annotations
+
+import json
+import traceback
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dgr.contracts.report import Check, Evidence, Group
+
+
+def guarded(
+    group: Group, name: str, evidence: Evidence, fn: Callable[[], Check | list[Check]]
+) -> list[Check]:
+    """Run a check; an exception (a worker that died, refused or answered wrongly) becomes a failed check
+    that names it, so one broken check does not hide the others."""
+    try:
+        result = fn()
+    except Exception as exc:  # every failure of a check is reported, none is fatal
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return [
+            Check(
+                group=group,
+                name=name,
+                evidence=evidence,
+                passed=False,
+                figures={},
+                detail=f"{type(exc).__name__}: {exc}\n  at {where.filename}:{where.lineno}",
+            )
+        ]
+    return result if isinstance(result, list) else [result]
+
+
+def matching_prefix(a: list[int], b: list[int]) -> int:
+    """How many tokens two generations share from the start."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _figures_text(figures: Mapping[str, Any], limit: int = 110) -> str:
+    parts = []
+    for key, value in figures.items():
+        if isinstance(value, float):
+            text = f"{value:.4g}"
+        elif isinstance(value, (list, dict)):
+            continue
+        else:
+            text = str(value)
+        parts.append(f"{key}={text}")
+    line = " ".join(parts)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def table(checks: list[Check]) -> str:
+    rows = [("", "check", "evidence", "figures")]
+    for c in checks:
+        rows.append(
+            ("PASS" if c.passed else "FAIL", f"{c.group}/{c.name}", c.evidence, _figures_text(c.figures))
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = []
+    for r in rows:
+        lines.append(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip())
+    for c in checks:
+        if not c.passed and c.detail:
+            lines.append(f"\nFAIL {c.group}/{c.name}:\n  " + c.detail.replace("\n", "\n  "))
+    n_pass = sum(c.passed for c in checks)
+    lines.append(f"\n{n_pass}/{len(checks)} checks passed")
+    return "\n".join(lines)
+
+
+def junit_xml(checks: list[Check]) -> bytes:
+    """The checks as a JUnit XML test suite (one test case per check, its figures as properties)."""
+    suite = ET.Element(
+        "testsuite",
+        name="dgr-verify",
+        tests=str(len(checks)),
+        failures=str(sum(not c.passed for c in checks)),
+    )
+    for c in checks:
+        case = ET.SubElement(suite, "testcase", classname=f"{c.group}", name=c.name)
+        ET.SubElement(case, "properties").extend(
+            [
+                ET.Element("property", name="evidence", value=c.evidence),
+                ET.Element("property", name="figures", value=json.dumps(c.figures, default=str)),
+            ]
+        )
+        if not c.passed:
+            ET.SubElement(case, "failure", message=(c.detail or "failed").splitlines()[0]).text = c.detail
+    data: bytes = ET.tostring(suite, encoding="utf-8", xml_declaration=True)  # typeshed: Any for an encoding
+    return data

@@ -1,0 +1,32 @@
+"""One registry of verify groups: `dgr.contracts.report.Group` names them, `dgr.verify.checks.<group>`
+is each."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+from dgr.contracts.report import GROUPS, Group
+from dgr.verify import checks
+from dgr.verify.checks.session import GroupSpec, load
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_group_of_the_registry_is_a_module(group: Group) -> None:
+    assert isinstance(load(group), GroupSpec)
+
+
+def test_every_group_module_is_in_the_registry() -> None:
+    defined = {
+        info.name
+        for info in pkgutil.iter_modules(checks.__path__)
+        if isinstance(
+            getattr(importlib.import_module(f"dgr.verify.checks.{info.name}"), "GROUP", None), GroupSpec
+        )
+    }
+    assert defined == set(GROUPS)
+
+
+def test_the_groups_that_need_the_baseline() -> None:
+    assert [g for g in GROUPS if load(g).needs_baseline] == ["graph", "boundary"]
