@@ -275,6 +275,30 @@ def test_the_pin_itself_is_refused(
     assert "that is the pin already" in capsys.readouterr().err
 
 
+def test_an_older_upstream_is_refused_unless_asked_for(
+    ported: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pin only moves forward: a target older than the pin (by commit date) needs --allow-older."""
+    lock = ported / "locks" / "upstream.toml"
+    lock.write_text(
+        lock.read_text().replace(
+            "commit_date = 2026-10-01T09:31:48+09:00", "commit_date = 2026-07-01T09:31:48+09:00"
+        )
+    )
+    assert main(["manifest"]) == 0
+    before = snapshot(ported)
+    capsys.readouterr()
+    assert main(["pin", "--to", SPEC]) == 2
+    err = capsys.readouterr().err
+    assert "of 2026-07-01T09:31:48+09:00, older than the pin" in err and "the pin only moves forward" in err
+    assert "`dgr pin --to SPEC --allow-older`" in err
+    assert snapshot(ported) == before
+    # asked for, the move goes on to its next condition: a passing verify report
+    assert main(["pin", "--to", SPEC, "--allow-older"]) == 9
+    assert "there is no verify report for the current inputs" in capsys.readouterr().err
+    assert snapshot(ported) == before
+
+
 def test_the_committed_locks_still_read(tmp_path: Path) -> None:
     """`dgr pin` writes locks/upstream.toml with locks.dumps: the committed file is exactly that."""
     from dgr.contracts import locks

@@ -160,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a locked rebase target (pypi:llama-cpp-python==VERSION), pypi:NAME==VERSION, a path to a "
         "llama.cpp git tree, or a commit in the mirror",
     )
+    p.add_argument(
+        "--allow-older",
+        action="store_true",
+        help="move the pin to an upstream older than the pin (by commit date); refused otherwise",
+    )
     _mirror(p)
 
     p = command("verify", "run the native tests and the conformance checks against the published build")

@@ -1,6 +1,6 @@
 """`dgr pin --to SPEC`: move the pin to another upstream (dgr.maintain.pinning): promote its port or
 rebase the series; refuse (exit 5) a series that is not clean on it, (exit 9) one without a passing verify
-report."""
+report, (exit 2) an upstream older than the pin unless --allow-older."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dgr.maintain import pinning
 
 def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
-    change = pinning.move(ctx, args.to, args.mirror)
+    change = pinning.move(ctx, args.to, args.mirror, args.allow_older)
     pin = change.lock.pin
     print(f"pinned {pin.commit} (tree {pin.tree}, {pin.commit_date.isoformat()})")
     for path in sorted(change.files(ctx.repo)):

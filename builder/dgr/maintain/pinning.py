@@ -68,13 +68,22 @@ class Change:
         return data
 
 
-def resolve(ctx: Context, lock: UpstreamLock, spec: str, mirror: Path | None, tmp: Path) -> Target:
-    """SPEC as an upstream holding its commit; UsageError when it is the pin already."""
+def resolve(
+    ctx: Context, lock: UpstreamLock, spec: str, mirror: Path | None, tmp: Path, allow_older: bool = False
+) -> Target:
+    """SPEC as an upstream holding its commit; UsageError when it is the pin already, or older than the pin
+    (its commit date) unless `allow_older`."""
     onto = rebase.resolve(ctx.cache, lock, spec, mirror, tmp)
     target = lock.rebase_targets.get(spec)
     pin = target.pin if target else Pin(onto.commit, onto.tree, gitops.commit_date(onto.repo, onto.commit))
     if pin.commit == lock.pin.commit:
         raise UsageError(f"{spec} is commit {pin.commit}: that is the pin already", hint="nothing to do")
+    if pin.commit_date < lock.pin.commit_date and not allow_older:
+        raise UsageError(
+            f"{spec} is commit {pin.short} of {pin.commit_date.isoformat()}, older than the pin "
+            f"{lock.pin.short} of {lock.pin.commit_date.isoformat()}: the pin only moves forward",
+            hint="to move it back on purpose, run `dgr pin --to SPEC --allow-older`",
+        )
     if not onto.verified:
         log.warn(
             f"{spec} is not a locked rebase target: its commit {pin.commit} and tree {pin.tree} are taken "
@@ -186,11 +195,11 @@ def _removes(repo: Repo, change: Change, port: str | None) -> list[Path]:
     return gone
 
 
-def move(ctx: Context, spec: str, mirror: Path | None = None) -> Change:
+def move(ctx: Context, spec: str, mirror: Path | None = None, allow_older: bool = False) -> Change:
     """Move the pin to `spec` (see the module's docstring); returns what changed."""
     lock = locks.load_upstream(ctx.repo.locks_dir)
     with ctx.cache.tmpdir("pin") as tmp:
-        target = resolve(ctx, lock, spec, mirror, tmp)
+        target = resolve(ctx, lock, spec, mirror, tmp, allow_older)
         if target.port is not None:
             log.info(f"{spec} has the port {target.port}: it becomes the series")
             series, patches = _promoted(ctx, lock, target, tmp)
