@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dgr.core import log
 
 from tests.helpers import FakeUpstream, make_fake_upstream, make_repo, make_series
 
@@ -14,6 +15,9 @@ from tests.helpers import FakeUpstream, make_fake_upstream, make_repo, make_seri
 def isolated(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A private cache dir and no user mirror; outside e2e tests, ninja may not run (fail loudly)."""
     monkeypatch.setenv("DGR_CACHE_DIR", str(tmp_path / "cache"))
+    # main() sets the log's mode for each command; a test that calls the library directly gets the default
+    log.set_verbose(False)
+    log.set_quiet(False)
     monkeypatch.delenv("DGR_UPSTREAM_MIRROR", raising=False)
     monkeypatch.delenv("DGR_REPO", raising=False)
     if request.node.get_closest_marker("e2e") is None:

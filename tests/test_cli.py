@@ -78,12 +78,13 @@ def crash(args: object) -> int:
     raise KeyError("no such thing")
 
 
-@pytest.mark.parametrize("verbose", [False, True])
+@pytest.mark.parametrize("flags", [[], ["check", "-v"], ["-v", "check"], ["--verbose", "check"]])
 def test_an_unexpected_exception_is_an_internal_error(
-    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], verbose: bool
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: list[str]
 ) -> None:
     monkeypatch.setattr("dgr.commands.check.run", crash)
-    assert main(["check", *(["-v"] if verbose else [])]) == 11
+    verbose = bool(flags)
+    assert main(flags or ["check"]) == 11
     err = capsys.readouterr().err
     assert "dgr: internal error: KeyError: 'no such thing'" in err
     if verbose:
@@ -94,6 +95,52 @@ def test_an_unexpected_exception_is_an_internal_error(
             "dgr: internal error: KeyError: 'no such thing'",
             "  next: rerun with -v for the traceback",
         ]
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == "dgr 0.1.0\n"
+
+
+def test_a_mistyped_command_gets_a_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["biuld"]) == 2
+    assert "dgr: error: 'biuld' is not a dgr command; did you mean `build`?" in capsys.readouterr().err
+    assert main(["zzzz"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "'zzzz' is not a dgr command (`dgr --help` lists the commands)" in err and "did you mean" not in err
+    )
+
+
+def test_options_are_not_abbreviated_and_a_bad_one_shows_its_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["generate", "--spl", "0:1", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: dgr generate ")
+    assert "dgr generate: error: unrecognized arguments: --spl" in err
+
+
+def test_minus_c_runs_in_the_directory(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("DGR_REPO")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "--no-style"]) == 8  # not in a repository
+    capsys.readouterr()
+    assert main(["-C", str(repo), "check", "--no-style"]) == 0
+    assert capsys.readouterr().out == "dgr check: clean\n"
+    assert main(["-C", str(tmp_path / "missing"), "check"]) == 2
+    assert "-C " + str(tmp_path / "missing") + ": No such file or directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [["-q", "manifest"], ["manifest", "--quiet"]])
+def test_quiet_prints_results_only(repo: Path, capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
+    assert main(["manifest"]) == 0
+    loud = capsys.readouterr()
+    assert main(flags) == 0
+    quiet = capsys.readouterr()
+    assert quiet.out == loud.out and loud.err != "" and quiet.err == ""
 
 
 def test_missing_lock_is_8(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:

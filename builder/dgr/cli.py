@@ -3,23 +3,52 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import importlib.metadata
+import os
+import re
 import signal
 import sys
 import traceback
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
 from dgr.contracts.report import GROUPS
 from dgr.core import log
-from dgr.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError, InternalError
+from dgr.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError, InternalError, UsageError
 
 EPILOG = "exit codes:\n" + "\n".join(f"  {code:>3}  {meaning}" for code, meaning in EXIT_CODES.items())
 
 
+_VERBOSE_HELP = "show every command and its output"
+_QUIET_HELP = "print only results, warnings and errors (no steps or progress)"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a suggestion for a mistyped command and no abbreviated options."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def error(self, message: str) -> typing.NoReturn:
+        if m := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message):
+            choices = re.findall(r"'([^']*)'", m.group(2))
+            close = difflib.get_close_matches(m.group(1), choices, n=1)
+            message = f"{m.group(1)!r} is not a dgr command" + (
+                f"; did you mean `{close[0]}`?" if close else ""
+            )
+            message += " (`dgr --help` lists the commands)"
+        super().error(message)
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-v", "--verbose", action="store_true", help="show every command and its output")
+    # after the command too (`dgr build -v`); SUPPRESS keeps `dgr -v build` from being reset by the default
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
+    parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET_HELP)
 
 
 def _mirror(parser: argparse.ArgumentParser) -> None:
@@ -56,14 +85,31 @@ def _threads(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("dgr")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dgr",
         description="Series manager for the llama.cpp patch series.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"dgr {_version()}")
+    parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
+    parser.add_argument("-q", "--quiet", action="store_true", help=_QUIET_HELP)
+    parser.add_argument(
+        "-C",
+        dest="directory",
+        type=Path,
+        metavar="DIR",
+        help="run as if dgr was started in DIR (as `git -C`): the repository is found from there",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(
@@ -273,13 +319,37 @@ def _internal_error(exc: Exception) -> int:
     return InternalError.exit_code
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse; an unknown option is reported with the usage of its command, not dgr's."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
     log.set_verbose(args.verbose)
+    log.set_quiet(args.quiet and not args.verbose)
+    if args.directory is not None:
+        try:
+            os.chdir(args.directory)
+        except OSError as exc:
+            error = UsageError(f"-C {args.directory}: {exc.strerror}", hint="name an existing directory")
+            print(error.render(), file=sys.stderr)
+            return error.exit_code
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         module = importlib.import_module(f"dgr.commands.{args.module}")
