@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from dgr.cli import main
 
-from tests.helpers import FakeUpstream
+from tests.helpers import FakeUpstream, commit_all, git
 
 
 @pytest.mark.parametrize("how", ["commit", "path"])
@@ -18,8 +18,6 @@ def test_report_every_patch(
     if how == "commit":
         onto = fake_upstream.later
     else:
-        from tests.helpers import git
-
         onto = str(tmp_path / "later")
         git(tmp_path, "clone", "-q", str(fake_upstream.path), onto)
         git(Path(onto), "checkout", "-q", fake_upstream.later)
@@ -38,6 +36,28 @@ def test_report_every_patch(
     assert conflict["hunks"][0]["header"].startswith("@@ -")
     assert "dgr edit --onto" in report["next"]
     assert report["ok"] is False
+
+
+def test_a_patch_upstream_has_already_is_redundant(
+    repo: Path, fake_upstream: FakeUpstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An upstream that merged the first patch: the patch applies there in reverse, so it is redundant."""
+    onto = tmp_path / "merged"
+    git(tmp_path, "clone", "-q", str(fake_upstream.path), str(onto))
+    git(onto, "checkout", "-q", "-B", "merged", fake_upstream.later)
+    (onto / "docs" / "fixture.md").write_text("# fixture\n\nA page added by a patch.\n")
+    commit_all(onto, "docs : add a fixture page (#1)")
+    assert main(["rebase-check", "--onto", str(onto), "--json"]) == 5
+    report = json.loads(capsys.readouterr().out)
+    assert [(p["name"], p["status"]) for p in report["patches"]] == [
+        ("docs-add-a-fixture-page.patch", "redundant"),
+        ("readme-name-the-cann-vendor.patch", "3-way"),
+        ("readme-mark-hexagon-experimental.patch", "conflict"),
+    ]
+    assert (
+        "has the change of docs-add-a-fixture-page.patch already: drop it from series/series"
+        in report["next"]
+    )
 
 
 def test_onto_the_pin_itself_is_clean(

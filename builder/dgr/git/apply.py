@@ -78,6 +78,13 @@ def temp_worktree(repo: Path, commit: str, where: Path) -> Iterator[Path]:
         gitops.git(["worktree", "prune"], cwd=repo, check=False)
 
 
+def applies_in_reverse(worktree: Path, patch: Path) -> bool:
+    """The change of `patch` is already in the work tree: `git apply --check --reverse` takes it."""
+    return (
+        gitops.git(["apply", "--check", "--reverse", str(patch)], cwd=worktree, check=False).returncode == 0
+    )
+
+
 def am(worktree: Path, patch: Path, identity: Identity, *, three_way: bool = False) -> tuple[bool, str]:
     """`git am` one patch: (applied?, git's output). On failure the am session is aborted."""
     args = ["am", "--3way" if three_way else "--no-3way", str(patch)]

@@ -1,4 +1,5 @@
-"""`dgr rebase-check`: does the series apply onto another upstream? Per patch: clean / 3-way / conflict.
+"""`dgr rebase-check`: does the series apply onto another upstream? Per patch: clean / 3-way / conflict, or
+redundant (upstream has the change already: the patch applies in reverse).
 
 The other upstream (SOURCE) is a locked rebase target (`pypi:llama-cpp-python==0.3.36`,
 verified like the pin), an unlocked `pypi:NAME==VERSION` (downloaded, reported
@@ -110,8 +111,9 @@ def scratch_repo(where: Path, repos: list[Path]) -> Path:
     return scratch
 
 
-ApplyStatus = Literal["clean", "3-way", "conflict"]
-"""`clean`: plain `git am`; `3-way`: `git am --3way`; `conflict`: neither."""
+ApplyStatus = Literal["clean", "3-way", "conflict", "redundant"]
+"""`clean`: plain `git am`; `3-way`: `git am --3way`; `conflict`: neither; `redundant`: the upstream has the
+change already (the patch applies in reverse), so it is not applied."""
 
 
 @dataclass
@@ -151,6 +153,12 @@ class RebaseReport:
 
     def next_step(self) -> str:
         spec = self.onto.spec
+        redundant = [p.name for p in self.patches if p.status == "redundant"]
+        if redundant:
+            return (
+                f"upstream {self.onto.commit[:12]} has the change of {', '.join(redundant)} already: drop "
+                "it from series/series (and its file), then check again"
+            )
         if not self.ok:
             return (
                 f"run `dgr edit --onto {spec}`: it stops at the first conflict; resolve it, "
@@ -187,6 +195,9 @@ def check(
         for patch in patches:
             subject = patchfile.load(patch.path).subject
             failed_before = any(r.status == "conflict" for r in reports)
+            if apply.applies_in_reverse(worktree, patch.path):
+                reports.append(PatchReport(patch.name, subject, "redundant", failed_before))
+                continue
             if apply.am(worktree, patch.path, identity)[0]:
                 reports.append(PatchReport(patch.name, subject, "clean", failed_before))
                 continue
