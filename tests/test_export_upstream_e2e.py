@@ -34,9 +34,10 @@ from typing import Any
 import pytest
 from dgr.builds import buildplan
 from dgr.contracts import locks
-from dgr.core.paths import Context
+from dgr.core.paths import Context, Repo
 from dgr.export import upstream_package
 from dgr.git import gitops
+from dgr.series import generated
 
 from tests import helpers
 from tests.helpers import ROOT, git, run_dgr
@@ -167,6 +168,7 @@ def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstre
     assert sorted(files) == sorted(
         ["DISCUSSION.md", "MANIFEST.sha256", "README.md", "REPRODUCE.md"]
         + [f"PR-{n}.{ext}" for n in numbers for ext in ("bundle", "md")]
+        + [f"rules/{name}" for name in generated.PACKAGED]
     )
     assert files["MANIFEST.sha256"].decode().splitlines() == [
         f"{hashlib.sha256(files[p]).hexdigest()}  {p}" for p in sorted(files) if p != "MANIFEST.sha256"
@@ -219,6 +221,28 @@ def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstre
         parent = git(clone, "rev-parse", pull.branch)
     assert "stacked" in readme
     git(clone, "checkout", "-q", branch)
+
+    # each generated commit is its rule's output, checked with the pull request's own commands and the
+    # packaged rule (its dependencies are dgr's)
+    checks = [
+        check
+        for pull in config.pulls
+        for check in re.findall(
+            r"^git -C llama\.cpp worktree add \.\./generated (\w+)\n"
+            r"python3 rules/rewrite\.py ([\w-]+) generated\n"
+            r"git -C generated diff (\w+) -- src/models\n",
+            files[f"PR-{pull.number}.md"].decode(),
+            flags=re.M,
+        )
+    ]
+    named = {g.rule for g in generated.load(Repo(repo))}
+    assert sorted(rule for _, rule, _ in checks) == sorted(named) and len(checks) == 2
+    for n, (parent_commit, rule, commit) in enumerate(checks):
+        where = tmp_path / f"generated-{n}"
+        git(clone, "worktree", "add", "-q", "--detach", str(where), parent_commit)
+        run([sys.executable, str(one / "rules" / "rewrite.py"), rule, str(where)], clone)
+        assert git(where, "diff", "--stat", commit, "--", "src/models") == ""
+        assert git(where, "diff", "--stat", parent_commit, "--", "src/models") != ""
 
     # the package's own commands, run as a maintainer would: plain cmake configure and build of the targets it
     # names, then its ctest -R, which must select exactly the series' tests and pass

@@ -9,6 +9,7 @@ import pytest
 from dgr.core.paths import Repo
 from dgr.errors import ConfigError
 from dgr.maintain import rules
+from dgr.series import generated
 
 from tests.helpers import ROOT, commit_all, git
 
@@ -32,7 +33,7 @@ def parent_tree(tree: Path, commit: str, where: Path) -> Path:
     return where
 
 
-GENERATED = rules.Generated("layer-inputs.patch", "layer-inputs")
+GENERATED = generated.Generated("layer-inputs.patch", "layer-inputs")
 
 
 def test_the_rule_output_passes_and_a_hand_edit_is_named(tmp_path: Path) -> None:
@@ -42,12 +43,12 @@ def test_the_rule_output_passes_and_a_hand_edit_is_named(tmp_path: Path) -> None
         "inpL = build_layer_inp(il, inpL);", "inpL = build_layer_inp(il, ggml_cont(ctx0, inpL));"
     )
     assert by_hand != after
-    tree, (parent, generated, edited) = history(tmp_path, before, after, by_hand)
+    tree, (parent, by_rule, edited) = history(tmp_path, before, after, by_hand)
     repo = Repo(ROOT)
 
-    assert rules.check_commit(repo, GENERATED, parent_tree(tree, parent, tmp_path / "a"), generated) is None
+    assert rules.check_commit(repo, GENERATED, parent_tree(tree, parent, tmp_path / "a"), by_rule) is None
     finding = rules.check_commit(repo, GENERATED, parent_tree(tree, parent, tmp_path / "b"), edited)
-    assert finding == rules.RuleFinding(
+    assert finding == generated.RuleFinding(
         "layer-inputs.patch",
         "src/models/demo.cpp is not the output of the rule layer-inputs (1 file(s) of src/models/ differ)",
     )
@@ -67,15 +68,17 @@ def test_a_tree_the_rule_refuses_is_a_finding_with_file_and_line(tmp_path: Path)
 
 
 def test_the_repository_names_its_generated_patches() -> None:
-    generated = rules.load(Repo(ROOT))
-    assert generated == [
-        rules.Generated("layer-inputs.patch", "layer-inputs"),
-        rules.Generated("layer-range-archs.patch", "layer-range-archs"),
+    named = generated.load(Repo(ROOT))
+    assert named == [
+        generated.Generated("layer-inputs.patch", "layer-inputs"),
+        generated.Generated("layer-range-archs.patch", "layer-range-archs"),
     ]
     series = (ROOT / "series" / "series").read_text().split()
-    assert rules.missing(generated, series) == []
-    assert rules.missing(generated, ["layer-inputs.patch"]) == [
-        rules.RuleFinding("layer-range-archs.patch", "series/rules/rules.toml names it, the series does not")
+    assert generated.missing(named, series) == []
+    assert generated.missing(named, ["layer-inputs.patch"]) == [
+        generated.RuleFinding(
+            "layer-range-archs.patch", "series/rules/rules.toml names it, the series does not"
+        )
     ]
 
 
@@ -92,8 +95,8 @@ def test_a_bad_rules_file_is_a_config_error(tmp_path: Path, text: str) -> None:
     (tmp_path / "series" / "rules").mkdir(parents=True)
     (tmp_path / "series" / "rules" / "rules.toml").write_text(text)
     with pytest.raises(ConfigError, match=r"series/rules/rules\.toml"):
-        rules.load(Repo(tmp_path))
+        generated.load(Repo(tmp_path))
 
 
 def test_no_rules_file_no_generated_patches(tmp_path: Path) -> None:
-    assert rules.load(Repo(tmp_path)) == []
+    assert generated.load(Repo(tmp_path)) == []

@@ -36,7 +36,7 @@ from dgr.core.paths import Cache, Context
 from dgr.errors import ConfigError, LintError, UsageError
 from dgr.export import branches, measured, render, upstream_package
 from dgr.git import apply, gitops
-from dgr.series import patchfile
+from dgr.series import generated, patchfile
 from dgr.sources import upstream
 
 PACKAGE_DIR = render.PACKAGE_DIR
@@ -104,6 +104,7 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
     if not names:
         raise UsageError("the series is empty: there is nothing to send upstream")
     config = upstream_package.load_config(repo.root / PACKAGE_DIR / CONFIG_FILE, names)
+    rules = {g.patch: g.rule for g in generated.load(repo) if g.patch in names}
     env = render.environment(repo.root / PACKAGE_DIR / render.TEMPLATES_DIR)
     texts, parsed = _parse(plan)
     pin = plan.pin
@@ -149,9 +150,14 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
                 result,
                 files,
                 model_lock,
+                rules,
             )
             documents = render.render_all(env, context)
         problems = render.kept_verbatim(documents, context, config.upstream.kept_section)
+        if rules:
+            # the rules themselves, for the reviewer to run on the commits they generate (see PR-<n>.md)
+            for name in generated.PACKAGED:
+                documents[f"rules/{name}"] = (repo.root / generated.RULES_DIR / name).read_text()
         for name, text in documents.items():
             problems += upstream_package.scan_package(name, text, config.deny_words)
             posted = name == "DISCUSSION.md" or (name.startswith("PR-") and name.endswith(".md"))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -291,8 +291,11 @@ def context(
     measured: Measured,
     files: UpstreamFiles,
     model: modellock.ModelLock | None,
+    rules: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Everything the templates show, derived from the inputs, in series order."""
+    """Everything the templates show, derived from the inputs, in series order; `rules`: the rule of each
+    generated patch (dgr.series.generated)."""
+    rules = rules or {}
     pin = plan.pin
     report = stored.report
     native = {c.name: c for c in report.group("native")}
@@ -321,6 +324,7 @@ def context(
         added_in: dict[str, int] = {}
         # the tests this pull request adds or extends: ctest name -> the index of its commit that does
         extended: dict[str, int] = {}
+        parent_commit = branch.parent
         for index, ((name, commit), stat) in enumerate(
             zip(branch.commits, branch.commit_stats, strict=True), start=1
         ):
@@ -353,8 +357,11 @@ def context(
                     "tests": [{"name": t, "target": target} for t, target in own_tests],
                     "extends": extends,
                     "api": _api(series, name, config),
+                    "rule": rules.get(name),
+                    "parent_commit": parent_commit,
                 }
             )
+            parent_commit = commit
         done += len(branch.commits)
         api_so_far = api_so_far or any(c["api"] for c in commits)
         names = [t for t, _, _ in tests]

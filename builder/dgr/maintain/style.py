@@ -22,6 +22,7 @@ from dgr.core.paths import Context, Repo
 from dgr.errors import ConfigError
 from dgr.git import apply, gitops
 from dgr.maintain import rules
+from dgr.series import generated as generated_patches
 from dgr.sources.upstream import obtain, select
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -147,7 +148,7 @@ def check(ctx: Context, repo: Repo, mirror: Path | None = None) -> list[StyleFin
     refs = apply.verified_series(repo)
     if not refs:
         return []
-    generated = {g.patch: g for g in rules.load(repo)} if repo.port is None else {}
+    generated = {g.patch: g for g in generated_patches.load(repo)} if repo.port is None else {}
     upstream_lock = locks.load_upstream(ctx.repo.locks_dir)
     spec = None
     if repo.port is not None:
@@ -190,6 +191,7 @@ def check(ctx: Context, repo: Repo, mirror: Path | None = None) -> list[StyleFin
                 parent = commit
     series = [ref.name for ref in refs]
     findings += [
-        StyleFinding(f.patch, f.problem, "generated") for f in rules.missing(list(generated.values()), series)
+        StyleFinding(f.patch, f.problem, "generated")
+        for f in generated_patches.missing(list(generated.values()), series)
     ]
     return findings

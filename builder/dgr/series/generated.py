@@ -1,0 +1,62 @@
+"""The patches whose mechanical part is the output of a rewrite rule: `series/rules/rules.toml` names them
+and their rule, `series/rules/rewrite.py` is the rule (a program of its own, for reviewers too; `dgr check`
+runs it, dgr.maintain.rules, and `dgr export-upstream` puts it in the package)."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from dgr.core.paths import Repo
+from dgr.errors import ConfigError
+
+RULES_DIR = Path("series") / "rules"
+CONFIG = RULES_DIR / "rules.toml"
+PROGRAM = RULES_DIR / "rewrite.py"
+PACKAGED = ("README.md", "requirements.txt", "rewrite.py", "layer-inputs.skip", "layer-range-archs.txt")
+"""The files of RULES_DIR that a reviewer needs to run the rules: the program, its README and its lists."""
+PATHS = "src/models"
+"""What the rules edit: the graph files of the architectures."""
+
+
+@dataclass(frozen=True)
+class Generated:
+    patch: str
+    rule: str
+
+
+@dataclass(frozen=True)
+class RuleFinding:
+    patch: str
+    problem: str
+
+
+def load(repo: Repo) -> list[Generated]:
+    """The generated patches of the series (none when the repository has no rules.toml)."""
+    path = repo.root / CONFIG
+    if not path.is_file():
+        return []
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{CONFIG}: cannot be read: {exc}", hint="fix the file") from exc
+    entries = data.get("generated", [])
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and set(e) == {"patch", "rule"} and all(isinstance(v, str) for v in e.values())
+        for e in entries
+    ):
+        raise ConfigError(
+            f"{CONFIG}: each [[generated]] table has exactly the strings `patch` and `rule`",
+            hint='write [[generated]] patch = "<file in patches/>" rule = "<rule of rewrite.py>"',
+        )
+    return [Generated(e["patch"], e["rule"]) for e in entries]
+
+
+def missing(generated: list[Generated], patches: list[str]) -> list[RuleFinding]:
+    """The generated patches that the series does not have."""
+    return [
+        RuleFinding(g.patch, f"{CONFIG} names it, the series does not")
+        for g in generated
+        if g.patch not in patches
+    ]
