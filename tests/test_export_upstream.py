@@ -133,7 +133,14 @@ def config(
         if pulls is not None
         else [{"branch": "fixture", "title": "docs : a fixture series", "patches": list(concerns)}],
         "concerns": [
-            {"patch": name, "title": f"Concern {i}", "verify_group": group, "paths": paths}
+            {
+                "patch": name,
+                "title": f"Concern {i}",
+                "verify_group": group,
+                "paths": paths,
+                "answers": f"#{25577 + i}",
+                "drop_when": f"upstream has concern {i}",
+            }
             for i, (name, (group, paths)) in enumerate(concerns.items(), start=1)
         ],
         "discussion": {"questions": QUESTIONS},
@@ -564,6 +571,27 @@ def test_the_description_is_built_on_upstreams_template(packaged: Path, tmp_path
     assert "every per-chunk value, as printed: `SmolLM2-135M-Instruct.Q4_1.gguf` identical." in facts
     assert "| pp512 | 290.00 | 288.55 | 0.995 |" in facts
     assert "git fetch ../PR-1.bundle fixture:fixture" in facts
+
+
+def test_the_readme_has_the_provenance_of_every_commit(packaged: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert export(out) == 0
+    readme = (out / "README.md").read_text()
+    provenance = readme.split("## Provenance", 1)[1].split("## ", 1)[0]
+    assert "| 1.1 | `docs : add a fixture page` | #25578 | upstream has concern 1 |" in provenance
+    assert "| 1.3 | `readme : mark Hexagon experimental` | #25580 | upstream has concern 3 |" in provenance
+
+
+def test_a_concern_without_provenance_is_refused(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = config()
+    del data["concerns"][1]["drop_when"]
+    write_package(repo, data)
+    write_report()
+    write_bench()
+    assert export(tmp_path / "out") == 8
+    assert "concerns[1].drop_when: missing" in capsys.readouterr().err
 
 
 def test_the_readme_lists_the_review_by_hand_with_the_time_upstream_asks(

@@ -351,6 +351,8 @@ def context(
                     "subject": patch.subject,
                     "concern": concern.title,
                     "notes": concern.notes,
+                    "answers": concern.answers,
+                    "drop_when": concern.drop_when,
                     "stat": stat,
                     "lines": line_counts(stat, config),
                     "files": _file_groups(sorted({f.path for f in patch.files})),

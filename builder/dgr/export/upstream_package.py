@@ -39,6 +39,10 @@ class Concern:
     paths: tuple[str, ...]
     notes: tuple[str, ...] = ()
     """Facts about the change that its diff does not show (the ABI of a struct, a default)."""
+    answers: str = ""
+    """Provenance: the upstream issue or pull request that the patch answers."""
+    drop_when: str = ""
+    """Provenance: what upstream would have to do for the series to drop the patch."""
 
     def allows(self, path: str) -> bool:
         return any(glob_match(pattern, path) for pattern in self.paths)
@@ -199,6 +203,8 @@ def load_config(path: Path, series: list[str]) -> Config:
                 group or "ownership",  # only when a problem is reported: the config is refused
                 fields.strings("paths"),
                 fields.optional_strings("notes"),
+                fields.nonempty_text("answers"),
+                fields.nonempty_text("drop_when"),
             )
         )
     names = [c.patch for c in concerns]
