@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
+from dgr.contracts.locks import Pin
 from dgr.core.paths import Repo
 from dgr.errors import ConfigError
-from dgr.maintain import rules
+from dgr.git import apply, gitops
+from dgr.maintain import rebase, rules
 from dgr.series import generated
 
 from tests.helpers import ROOT, commit_all, git
@@ -100,3 +103,74 @@ def test_a_bad_rules_file_is_a_config_error(tmp_path: Path, text: str) -> None:
 
 def test_no_rules_file_no_generated_patches(tmp_path: Path) -> None:
     assert generated.load(Repo(tmp_path)) == []
+
+
+# --- regeneration on another upstream --------------------------------------------------------------------
+
+IDENTITY = gitops.Identity("test", "test@localhost", "1700000000 +0000")
+
+
+def upstream_with_a_generated_patch(tmp_path: Path) -> tuple[Path, str, str, Path]:
+    """An upstream (base: one model file; later: a second model file) and `layer-inputs.patch` on base: the
+    rule's output plus a hand-written README line."""
+    up = tmp_path / "upstream"
+    (up / "src" / "models").mkdir(parents=True)
+    git(up, "init", "-q")
+    standard = (FIXTURES / "standard.cpp").read_text()
+    (up / "src" / "models" / "a.cpp").write_text(standard)
+    (up / "README.md").write_text("llama.cpp\n")
+    base = commit_all(up, "base")
+    (up / "src" / "models" / "b.cpp").write_text(standard.replace("llama_model_demo", "llama_model_other"))
+    later = commit_all(up, "later: a new model")
+    git(up, "checkout", "-q", "-B", "series", base)
+    (up / "src" / "models" / "a.cpp").write_text((FIXTURES / "standard.layer-inputs.cpp").read_text())
+    (up / "README.md").write_text("llama.cpp\n\nThe layer inputs are recorded.\n")
+    commit_all(up, "llama : record the input of every layer\n\nWhy it is there.")
+    patch = tmp_path / "layer-inputs.patch"
+    patch.write_text(git(up, "format-patch", "-1", "--stdout", "HEAD") + "\n")
+    git(up, "checkout", "-q", "--detach", base)
+    return up, base, later, patch
+
+
+def test_regenerate_gives_a_new_model_file_the_edit(tmp_path: Path) -> None:
+    up, _, later, patch = upstream_with_a_generated_patch(tmp_path)
+    work = parent_tree(up, later, tmp_path / "work")
+    done, stopped = rules.regenerate(Repo(ROOT), "layer-inputs", work, patch, IDENTITY)
+    assert (done, stopped) == (True, [])
+    assert git(work, "log", "-1", "--format=%s") == "llama : record the input of every layer"
+    assert git(work, "status", "--porcelain") == ""
+    for name in ("a.cpp", "b.cpp"):  # b.cpp is new in `later`: the rule gave it the edit too
+        assert "inpL = build_layer_inp(il, inpL);" in (work / "src" / "models" / name).read_text()
+    assert "recorded" in (work / "README.md").read_text()
+
+
+def test_regenerate_names_the_line_the_rule_refuses(tmp_path: Path) -> None:
+    up, base, _, patch = upstream_with_a_generated_patch(tmp_path)
+    work = parent_tree(up, base, tmp_path / "work")
+    model = work / "src" / "models" / "a.cpp"
+    model.write_text(
+        model.read_text().replace(
+            "il < n_layer; ++il) {\n        ggml", "il < n_layer; il++) {\n        ggml"
+        )
+    )
+    commit_all(work, "an unknown loop")
+    head = git(work, "rev-parse", "HEAD")
+    done, stopped = rules.regenerate(Repo(ROOT), "layer-inputs", work, patch, IDENTITY)
+    assert not done and len(stopped) == 1 and stopped[0].startswith("src/models/a.cpp:")
+    assert git(work, "rev-parse", "HEAD") == head and git(work, "status", "--porcelain") == ""
+
+
+def test_rebase_check_regenerates_the_generated_patch(tmp_path: Path) -> None:
+    up, base, later, patch = upstream_with_a_generated_patch(tmp_path)
+    ref = apply.PatchRef(patch.name, patch, "")
+    pin = Pin(base, git(up, "rev-parse", f"{base}^{{tree}}"), dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    statuses = {}
+    for name, commit in (("pin", base), ("later", later)):
+        onto = rebase.Onto(name, up, commit, git(up, "rev-parse", f"{commit}^{{tree}}"), "test", True)
+        where = tmp_path / name
+        where.mkdir()
+        report = rebase.check(up, onto, pin, [ref], IDENTITY, where, Repo(ROOT))
+        statuses[name] = [p.status for p in report.patches]
+    # on its own upstream the rule gives the committed patch; on `later`, plain `git am` would miss b.cpp
+    assert statuses == {"pin": ["clean"], "later": ["regenerated"]}
+    assert "dgr edit --onto later" in report.next_step()

@@ -24,10 +24,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tree_sitter
-import tree_sitter_cpp
-
 HERE = Path(__file__).resolve().parent
+
+try:
+    import tree_sitter
+    import tree_sitter_cpp
+except ImportError as exc:  # the one dependency: say how to get it rather than fail with a traceback
+    sys.exit(
+        f"{Path(sys.argv[0]).name}: {exc.name} is not installed: pip install -r {HERE / 'requirements.txt'}"
+    )
 MODELS = Path("src") / "models"
 
 EXIT_OK = 0

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         onto = rebase.resolve(ctx.cache, lock, args.onto, args.mirror, tmp)
         scratch = rebase.scratch_repo(tmp, [pin.repo, onto.repo])
         with log.step(f"apply {len(patches)} patch(es) onto {onto.commit[:12]} ({onto.source})"):
-            report = rebase.check(scratch, onto, lock.pin, patches, identity, tmp)
+            report = rebase.check(scratch, onto, lock.pin, patches, identity, tmp, ctx.repo)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -42,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {patch.status:<8} {patch.name}{note}")
             for rejection in patch.rejections:
                 for line in rejection.describe().splitlines():
+                    print(f"           {line}")
+            if not patch.rejections:
+                for line in "\n".join(patch.files).splitlines():
                     print(f"           {line}")
         print(f"next: {report.next_step()}")
     return EXIT_OK if report.ok else ApplyError.exit_code
@@ -73,7 +76,7 @@ def run_matrix(args: argparse.Namespace) -> int:
             onto = pin_onto if spec is None else rebase.resolve(ctx.cache, lock, spec, args.mirror, work)
             scratch = rebase.scratch_repo(work, [pin_repo.repo, onto.repo])
             with log.step(f"{label}: apply {len(patches)} patch(es) onto {onto.commit[:12]}"):
-                report = rebase.check(scratch, onto, lock.pin, patches, identity, work)
+                report = rebase.check(scratch, onto, lock.pin, patches, identity, work, repo)
             columns.append((label, report))
             if spec is None or repo.port is not None:
                 required.append(report)

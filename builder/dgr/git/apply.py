@@ -118,9 +118,11 @@ def apply_series(repo: Path, base: str, patches: list[PatchRef], identity: Ident
     return Applied(commit, tree, tuple(commits))
 
 
-def diagnose(worktree: Path, patch: Path) -> list[Rejection]:
-    """Which files and hunks of `patch` do not apply to the worktree's HEAD (worktree left clean)."""
-    result = gitops.git(["apply", "--reject", "--verbose", str(patch)], cwd=worktree, check=False)
+def diagnose(worktree: Path, patch: Path, exclude: str | None = None) -> list[Rejection]:
+    """Which files and hunks of `patch` (but those matching `exclude`) do not apply to the worktree's HEAD
+    (worktree left clean)."""
+    skip = [f"--exclude={exclude}"] if exclude else []
+    result = gitops.git(["apply", "--reject", "--verbose", *skip, str(patch)], cwd=worktree, check=False)
     parsed = patchfile.load(patch)
     rejected: dict[str, list[int]] = {}
     problems: dict[str, str] = {}

@@ -26,8 +26,9 @@ from dgr.core.fs import write_all_atomic
 from dgr.core.paths import Repo
 from dgr.errors import ApplyError, UsageError
 from dgr.git import apply, gitops
+from dgr.maintain import rules
+from dgr.series import generated, patchfile, patchmanifest
 from dgr.series import order as series
-from dgr.series import patchfile, patchmanifest
 
 BASE_REF = "refs/patches/upstream-head"
 BRANCH = "patches"
@@ -115,7 +116,13 @@ def create(
     )
     gitops.git(["checkout", "--quiet", "--force", "-B", BRANCH, BASE_REF], cwd=edit_dir)
     gitops.git(["clean", "-fdxq"], cwd=edit_dir)
+    # onto another upstream, a generated patch is made again by its rule (a new model file gets it too)
+    rules_of = {g.patch: g.rule for g in generated.load(repo)} if three_way and repo.port is None else {}
     for patch in patches:
+        if patch.name in rules_of:
+            if not rules.regenerate(repo, rules_of[patch.name], edit_dir, patch.path, identity)[0]:
+                return patch.name
+            continue
         args = ["am", "--quiet", "--3way" if three_way else "--no-3way", patch.path]
         result = gitops.git(args, cwd=edit_dir, env=identity.env(), check=False)
         if result.returncode == 0:

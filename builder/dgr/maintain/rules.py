@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dgr.core import proc
 from dgr.core.paths import Repo
-from dgr.git import gitops
+from dgr.git import apply, gitops
 from dgr.series.generated import PATHS, PROGRAM, Generated, RuleFinding
 
 _REFUSED = 2
@@ -45,3 +45,30 @@ def check_commit(repo: Repo, generated: Generated, parent: Path, commit: str) ->
             f"({len(differing)} file(s) of {PATHS}/ differ)",
         )
     return None
+
+
+def regenerate(
+    repo: Repo, rule: str, worktree: Path, patch: Path, identity: gitops.Identity
+) -> tuple[bool, list[str]]:
+    """Apply a generated patch on another upstream by regeneration: its hand-written part with
+    `git am --3way` (the rule's paths left out), then the rule on the tree, amended into that commit, so that
+    a model file new in that upstream gets the edit too. (done?, what stopped it: conflicting files or the
+    rule's refusals by file and line); on failure the work tree is back where it was."""
+    env = identity.env()
+    am = gitops.git(
+        ["am", "--quiet", "--3way", f"--exclude={PATHS}/*", str(patch)], cwd=worktree, env=env, check=False
+    )
+    if am.returncode != 0:
+        gitops.git(["am", "--abort"], cwd=worktree, env=env, check=False)
+        conflicts = apply.conflicted_files(am.stdout + am.stderr)
+        return False, conflicts or [r.describe() for r in apply.diagnose(worktree, patch, f"{PATHS}/*")]
+    result = proc.run(
+        [sys.executable, repo.root / PROGRAM, rule, worktree], check=False, what=f"the rule {rule}"
+    )
+    if result.returncode != 0:
+        gitops.git(["reset", "--quiet", "--hard", "HEAD~1"], cwd=worktree, env=env)
+        return False, [
+            line for line in result.stderr.splitlines() if ": " in line and not line.startswith(rule)
+        ]
+    gitops.git(["commit", "--quiet", "--amend", "--no-edit", "--all"], cwd=worktree, env=env)
+    return True, []
