@@ -256,6 +256,13 @@ def loop_header(node: Node) -> str:
     return " ".join(source[: end - node.start_byte].decode().split())
 
 
+def layer_loops(root: Node) -> list[tuple[Node, LayerLoop]]:
+    """Each graph of the file that has a layer loop, with that loop."""
+    return [
+        (graph, loop) for graph in graph_constructors(root) if (loop := the_layer_loop(graph)) is not None
+    ]
+
+
 def the_layer_loop(graph: Node) -> LayerLoop | None:
     """The one layer loop of a graph, or None if it has none."""
     loops: list[LayerLoop] = []
@@ -365,12 +372,8 @@ def layer_inputs(source: bytes, root: Node) -> list[Edit] | None:
     in place of that line. Returns None when no graph of the file has a layer loop.
     """
     edits: list[Edit] = []
-    found = False
-    for graph in graph_constructors(root):
-        loop = the_layer_loop(graph)
-        if loop is None:
-            continue
-        found = True
+    loops = layer_loops(root)
+    for graph, loop in loops:
         body = loop.body
         rest_of_line_empty(source, body.start_byte + 1, line_of(body), "the `{` of the layer loop")
         statements = body.named_children
@@ -397,7 +400,7 @@ def layer_inputs(source: bytes, root: Node) -> list[Edit] | None:
             edits.append(Edit(at, at, new if blank_line(source, at) else new + b"\n"))
         else:
             raise Refused(line_of(loop.node), "the graph declares no inpL before its layer loop")
-    return edits if found else None
+    return edits if loops else None
 
 
 # --- rule layer-range-archs -----------------------------------------------------------------------
@@ -411,12 +414,8 @@ def layer_range(source: bytes, root: Node) -> list[Edit] | None:
     layer-inputs). Returns None when no graph of the file has a layer loop.
     """
     edits: list[Edit] = []
-    found = False
-    for graph in graph_constructors(root):
-        loop = the_layer_loop(graph)
-        if loop is None:
-            continue
-        found = True
+    loops = layer_loops(root)
+    for graph, loop in loops:
         if loop.node.parent != graph.child_by_field_name("body"):
             raise Refused(line_of(loop.node), "the layer loop is not a statement of the graph's body")
         statements = loop.body.named_children
@@ -453,7 +452,7 @@ def layer_range(source: bytes, root: Node) -> list[Edit] | None:
             edits.append(Edit(at, at, guard_lines + b"\n"))
         else:
             edits.append(Edit(at, at, b"\n" + guard_lines + b"\n"))
-    return edits if found else None
+    return edits if loops else None
 
 
 # --- driver ---------------------------------------------------------------------------------------
