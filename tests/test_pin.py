@@ -299,6 +299,23 @@ def test_an_older_upstream_is_refused_unless_asked_for(
     assert snapshot(ported) == before
 
 
+def test_a_patch_the_target_has_already_is_refused(
+    repo: Path, fake_upstream: FakeUpstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The target merged the first patch: the pin stays, and dgr names the patch to drop."""
+    onto = tmp_path / "merged"
+    git(tmp_path, "clone", "-q", str(fake_upstream.path), str(onto))
+    git(onto, "checkout", "-q", "-B", "merged", fake_upstream.later)
+    (onto / "docs" / "fixture.md").write_text("# fixture\n\nA page added by a patch.\n")
+    commit_all(onto, "docs : add a fixture page (#1)", date="1795000000 +0000")
+    before = snapshot(repo)
+    assert main(["pin", "--to", str(onto)]) == 2
+    err = capsys.readouterr().err
+    assert "has the change of docs-add-a-fixture-page.patch already (it applies there in reverse)" in err
+    assert "drop it from the series" in err
+    assert snapshot(repo) == before
+
+
 def test_the_committed_locks_still_read(tmp_path: Path) -> None:
     """`dgr pin` writes locks/upstream.toml with locks.dumps: the committed file is exactly that."""
     from dgr.contracts import locks

@@ -171,6 +171,28 @@ def _rebased(ctx: Context, lock: UpstreamLock, target: Target, tmp: Path) -> tup
     return exported.series_text, dict(exported.patches)
 
 
+def _refuse_redundant(ctx: Context, lock: UpstreamLock, target: Target, tmp: Path) -> None:
+    """UsageError when the target has the change of a patch of the series it would get already (the patch
+    applies there in reverse, as `rebase-check` reports it): the series drops it before the pin moves."""
+    repo = ctx.repo.for_port(target.port) if target.port is not None else ctx.repo
+    refs = apply.verified_series(repo)
+    pin_repo = upstream.obtain(ctx.cache, lock.pin, lock.sources).repo
+    identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
+    where = tmp / "redundant"
+    where.mkdir()
+    scratch = rebase.scratch_repo(where, [pin_repo, target.onto.repo])
+    with log.step(f"which patches {target.pin.short} has already"):
+        report = rebase.check(scratch, target.onto, lock.pin, refs, identity, where, repo)
+    redundant = [p.name for p in report.patches if p.status == "redundant"]
+    if redundant:
+        raise UsageError(
+            f"{target.onto.spec} has the change of {', '.join(redundant)} already (it applies there in "
+            "reverse); the pin stays",
+            hint="drop it from the series (series/series and its file, `dgr manifest`), then `dgr pin --to` "
+            "again",
+        )
+
+
 def _staged_digest(ctx: Context, change: Change, tmp: Path) -> str:
     """The inputs digest of the repository as it will be: `buildplan.plan` over a staged copy of it."""
     root = tmp / "staged"
@@ -200,6 +222,7 @@ def move(ctx: Context, spec: str, mirror: Path | None = None, allow_older: bool 
     lock = locks.load_upstream(ctx.repo.locks_dir)
     with ctx.cache.tmpdir("pin") as tmp:
         target = resolve(ctx, lock, spec, mirror, tmp, allow_older)
+        _refuse_redundant(ctx, lock, target, tmp)
         if target.port is not None:
             log.info(f"{spec} has the port {target.port}: it becomes the series")
             series, patches = _promoted(ctx, lock, target, tmp)
