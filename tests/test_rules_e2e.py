@@ -8,6 +8,7 @@ a hand edit of one generated line must be found by `--check`.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +27,12 @@ def rule(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def edit_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = Path(os.environ.get("DGR_TEST_CACHE") or tmp_path_factory.mktemp("rules-cache")).resolve()
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return Path(os.environ.get("DGR_TEST_CACHE") or tmp_path_factory.mktemp("rules-cache")).resolve()
+
+
+@pytest.fixture(scope="module")
+def edit_tree(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> Path:
     tree = tmp_path_factory.mktemp("rules") / "edit"
     result = run_dgr("edit", "--dir", str(tree), env={"DGR_REPO": str(ROOT), "DGR_CACHE_DIR": str(cache)})
     assert result.returncode == 0, result.stderr
@@ -77,3 +82,35 @@ def test_a_hand_edit_of_a_generated_line_is_found(edit_tree: Path, tmp_path: Pat
     result = rule("--check", "layer-inputs", str(work))
     assert result.returncode == 1
     assert "src/models/qwen2.cpp" in result.stdout + result.stderr
+
+
+def test_dgr_check_refuses_a_hand_edit_of_a_generated_hunk_naming_the_rule(
+    edit_tree: Path, cache: Path, tmp_path: Path
+) -> None:
+    """A copy of the repository whose layer-inputs.patch has one generated line edited by hand, its manifest
+    updated to match: `dgr check` finds it (exit 7), naming the rule and the file."""
+    repo = tmp_path / "repo"
+    for name in ("pyproject.toml", "locks", "series", "patches", "upstream-package"):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, repo / name)
+        else:
+            repo.mkdir(exist_ok=True)
+            shutil.copy(source, repo / name)
+    patch = repo / "patches" / "layer-inputs.patch"
+    text = patch.read_text()
+    start = text.index("+++ b/src/models/chameleon.cpp")
+    line = "+        inpL = build_layer_inp(il, inpL);"
+    at = text.index(line, start)
+    patch.write_text(
+        text[:at] + "+        inpL = build_layer_inp(il, ggml_cont(ctx0, inpL));" + text[at + len(line) :]
+    )
+    env = {"DGR_REPO": str(repo), "DGR_CACHE_DIR": str(cache)}  # the upstream is there (edit_tree)
+    assert run_dgr("manifest", env=env).returncode == 0
+    result = run_dgr("check", env=env)
+    assert result.returncode == 7, result.stdout + result.stderr
+    assert (
+        "patches/layer-inputs.patch: generated: src/models/chameleon.cpp is not the output of the rule "
+        "layer-inputs (1 file(s) of src/models/ differ)"
+    ) in result.stdout
+    assert result.stdout.rstrip().endswith("dgr check: 1 problem(s)")
