@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
 import pytest
 from dgr.builds import build, buildplan
-from dgr.builds.cmake import Compiler, Toolchain
-from dgr.cli import main
+from dgr.builds.cmake import CMakeProject, Compiler, Toolchain
+from dgr.cli import build_parser, main
 from dgr.core.paths import Context
 from dgr.series import patchfile
 
@@ -144,3 +145,31 @@ def test_compiler_change_is_reported(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_unknown_upstream_spec_is_a_usage_error(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["build", "--upstream", "pypi:llama-cpp-python==9.9.9"]) == 2
     assert "unknown upstream 'pypi:llama-cpp-python==9.9.9'" in capsys.readouterr().err
+
+
+def test_jobs_go_to_ninja_and_not_into_the_digest(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(
+        "dgr.core.proc.stream", lambda cmd, **kwargs: calls.append([str(c) for c in cmd]) or []
+    )
+    toolchain = Toolchain(
+        Path("cmake"),
+        Path("ctest"),
+        Path("ninja"),
+        "4.4.5",
+        "1.13.2",
+        Compiler("/usr/bin/gcc", "gcc 12.2"),
+        Compiler("/usr/bin/g++", "g++ 12.2"),
+    )
+    project = CMakeProject(toolchain, tmp_path / "src", tmp_path / "build", "Release", {})
+    project.build_targets(["llama"], 3)
+    project.build_targets(["llama"])
+    assert calls == [
+        ["ninja", "-C", str(tmp_path / "build"), "-j", "3", "llama"],
+        ["ninja", "-C", str(tmp_path / "build"), "llama"],
+    ]
+    # the option is the command's, not the request's: the inputs digest cannot see it
+    assert "jobs" not in {f.name for f in dataclasses.fields(buildplan.Request)}
+    assert build_parser().parse_args(["build", "-j", "3"]).jobs == 3

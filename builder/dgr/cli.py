@@ -145,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("build", "build the pinned llama.cpp with the series (cached by the inputs digest)")
     p.add_argument(
+        "-j",
+        "--jobs",
+        type=positive,
+        metavar="N",
+        help="ninja's parallel jobs (default: ninja's own, the cores + 2); not part of the inputs digest",
+    )
+    p.add_argument(
         "--json", action="store_true", help="print the build manifest as JSON (only that on stdout)"
     )
     p.add_argument("--upstream-only", action="store_true", help="build the unpatched upstream (the baseline)")

@@ -41,7 +41,8 @@ class BuildOutcome:
     status: BuildStatus
 
 
-def run(ctx: Context, request: Request) -> BuildOutcome:
+def run(ctx: Context, request: Request, jobs: int | None = None) -> BuildOutcome:
+    """Build (or find in the cache) what `request` asks for; `jobs`: ninja's -j (no part of the digest)."""
     the_plan = plan(ctx, request)
     store = BuildStore(ctx.cache)
     log.info(f"inputs digest {the_plan.digest} ({the_plan.flavor})")
@@ -53,11 +54,11 @@ def run(ctx: Context, request: Request) -> BuildOutcome:
             log.info(f"cached: another build published {store.path(the_plan.digest)} while this one waited")
             return BuildOutcome(cached, store.path(the_plan.digest), "cached")
         ctx.cache.clean_stale_tmp()
-        built = _build(ctx, the_plan, store)
+        built = _build(ctx, the_plan, store, jobs)
     return BuildOutcome(built, store.path(the_plan.digest), "built")
 
 
-def _build(ctx: Context, plan: Plan, store: BuildStore) -> BuildManifest:
+def _build(ctx: Context, plan: Plan, store: BuildStore, jobs: int | None = None) -> BuildManifest:
     pin = plan.pin
     with log.step(f"obtain upstream {pin.short}"):
         upstream = obtain(ctx.cache, pin, plan.sources, plan.request.mirror)
@@ -92,7 +93,7 @@ def _build(ctx: Context, plan: Plan, store: BuildStore) -> BuildManifest:
     with log.step(f"configure llama.cpp in {build_dir}"):
         llama.configure()
     with log.step(f"ninja {' '.join(plan.targets)}"):
-        llama.build_targets(plan.targets)
+        llama.build_targets(plan.targets, jobs)
     worker: CMakeProject | None = None
     if plan.worker_files:
         # built from a copy in the work tree: where the repository lives changes neither the flags nor the
@@ -108,7 +109,7 @@ def _build(ctx: Context, plan: Plan, store: BuildStore) -> BuildManifest:
         )
         with log.step(f"configure and build the worker ({ctx.repo.rel(ctx.repo.worker_dir)})"):
             worker.configure()
-            worker.build_targets([])
+            worker.build_targets([], jobs)
     compilers = _compilers_used(llama)
 
     def fill(staging: Path) -> BuildManifest:

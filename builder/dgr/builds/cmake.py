@@ -152,9 +152,10 @@ class CMakeProject:
             hint="read the CMake output above; rerun with -v for every command",
         )
 
-    def build_targets(self, targets: list[str]) -> list[str]:
+    def build_targets(self, targets: list[str], jobs: int | None = None) -> list[str]:
+        parallel = ["-j", str(jobs)] if jobs is not None else []
         return proc.stream(
-            [self.toolchain.ninja, "-C", self.build, *targets],
+            [self.toolchain.ninja, "-C", self.build, *parallel, *targets],
             env=self.env,
             error=BuildError,
             what=f"ninja {' '.join(targets) or '(all)'} failed in {self.build}",

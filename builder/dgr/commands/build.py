@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.prefix is not None and args.upstream_only:
         raise UsageError("--prefix applies to the series, not to --upstream-only builds")
-    result = build.run(ctx, request)
+    result = build.run(ctx, request, args.jobs)
     if args.json:
         report = {**result.manifest.to_json(), "path": str(result.path), "status": result.status}
         print(json.dumps(report, indent=2))
