@@ -46,7 +46,7 @@ def test_a_patch_upstream_has_already_is_redundant(
     git(tmp_path, "clone", "-q", str(fake_upstream.path), str(onto))
     git(onto, "checkout", "-q", "-B", "merged", fake_upstream.later)
     (onto / "docs" / "fixture.md").write_text("# fixture\n\nA page added by a patch.\n")
-    commit_all(onto, "docs : add a fixture page (#1)")
+    commit_all(onto, "docs : add a fixture page (#1)", date="1795000000 +0000")
     assert main(["rebase-check", "--onto", str(onto), "--json"]) == 5
     report = json.loads(capsys.readouterr().out)
     assert [(p["name"], p["status"]) for p in report["patches"]] == [
@@ -82,3 +82,17 @@ def test_edit_onto_stops_at_the_conflict(
 def test_unknown_onto(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["rebase-check", "--onto", "no such thing"]) == 2
     assert "cannot resolve 'no such thing' as an upstream" in capsys.readouterr().err
+
+
+def test_no_port_is_suggested_onto_an_older_upstream(
+    repo: Path, fake_upstream: FakeUpstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    onto = tmp_path / "older"
+    git(tmp_path, "clone", "-q", str(fake_upstream.path), str(onto))
+    git(onto, "checkout", "-q", "-B", "older", fake_upstream.later)
+    (onto / "docs" / "other.md").write_text("# other\n")
+    commit_all(onto, "an upstream commit older than the pin", date="1700000000 +0000")
+    assert main(["rebase-check", "--onto", str(onto), "--json"]) == 5
+    report = json.loads(capsys.readouterr().out)
+    assert report["next"].startswith(f"{onto} is older than the pin (2023-11-14 < 2026-08-16)")
+    assert "dgr edit --onto" not in report["next"]

@@ -10,6 +10,7 @@ the pin and of SOURCE (git alternates), so `git am --3way` finds every preimage.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,8 @@ class Onto:
     verified: bool
     sdist: SdistRef | None = None
     """The sdist that carries the commit (for an unlocked pypi: spec, as downloaded now)."""
+    commit_date: dt.datetime | None = None
+    """When the commit was made (an upstream older than the pin gets no port: the pin only moves forward)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,7 +60,8 @@ def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tm
     if spec in lock.rebase_targets:
         pin, sources = upstream.select(lock, spec)
         got = upstream.obtain(cache, pin, sources, mirror)
-        return Onto(spec, got.repo, pin.commit, pin.tree, got.source, True, lock.rebase_targets[spec].sdist)
+        target = lock.rebase_targets[spec]
+        return Onto(spec, got.repo, pin.commit, pin.tree, got.source, True, target.sdist, pin.commit_date)
     stage = tmp / "onto.git"
     gitops.init_bare(stage)
     sdist: SdistRef | None = None
@@ -94,7 +98,7 @@ def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tm
     )
     fetched = gitops.repo(stage).commit(upstream.VERIFIED_REF)
     commit, tree = fetched.hexsha, fetched.tree.hexsha
-    return Onto(spec, stage, commit, tree, label, False, sdist)
+    return Onto(spec, stage, commit, tree, label, False, sdist, gitops.commit_date(stage, commit))
 
 
 def scratch_repo(where: Path, repos: list[Path]) -> Path:
@@ -156,6 +160,11 @@ class RebaseReport:
 
     def next_step(self) -> str:
         spec = self.onto.spec
+        if self.onto.commit_date is not None and self.onto.commit_date < self.base.commit_date:
+            return (
+                f"{spec} is older than the pin ({self.onto.commit_date.date()} < "
+                f"{self.base.commit_date.date()}): a row for the record, the series is not ported back to it"
+            )
         redundant = [p.name for p in self.patches if p.status == "redundant"]
         if redundant:
             return (
