@@ -22,21 +22,26 @@ REGENERATE_HINT = (
 )
 
 
+def _run(repo: Repo, rule: str, tree: Path) -> tuple[int, list[str]]:
+    """Run the rule on `tree` in place: its exit code and what went wrong (its refusals, `file:line: ...`)."""
+    result = proc.run([sys.executable, repo.root / PROGRAM, rule, tree], check=False, what=f"the rule {rule}")
+    if result.returncode == _REFUSED:
+        return result.returncode, [
+            line for line in result.stderr.splitlines() if line.startswith(f"{PATHS}/")
+        ]
+    return result.returncode, [result.stderr.strip()] if result.returncode != 0 else []
+
+
 def check_commit(repo: Repo, generated: Generated, parent: Path, commit: str) -> RuleFinding | None:
     """Run the rule on `parent` (a work tree of the commit the patch applies to) and compare the result with
     `commit`, the patch's commit; `parent` is left edited."""
-    result = proc.run(
-        [sys.executable, repo.root / PROGRAM, generated.rule, parent],
-        check=False,
-        what=f"the rule {generated.rule}",
-    )
-    if result.returncode == _REFUSED:
-        refusals = [line for line in result.stderr.splitlines() if ": " in line]
+    code, problems = _run(repo, generated.rule, parent)
+    if code == _REFUSED:
         return RuleFinding(
-            generated.patch, f"the rule {generated.rule} refuses the tree: " + "; ".join(refusals[:3])
+            generated.patch, f"the rule {generated.rule} refuses the tree: " + "; ".join(problems[:3])
         )
-    if result.returncode != 0:
-        return RuleFinding(generated.patch, f"the rule {generated.rule} failed: {result.stderr.strip()}")
+    if code != 0:
+        return RuleFinding(generated.patch, f"the rule {generated.rule} failed: {'; '.join(problems)}")
     differing = gitops.git(["diff", "--name-only", commit, "--", PATHS], cwd=parent).stdout.split()
     if differing:
         return RuleFinding(
@@ -62,13 +67,9 @@ def regenerate(
         gitops.git(["am", "--abort"], cwd=worktree, env=env, check=False)
         conflicts = apply.conflicted_files(am.stdout + am.stderr)
         return False, conflicts or [r.describe() for r in apply.diagnose(worktree, patch, f"{PATHS}/*")]
-    result = proc.run(
-        [sys.executable, repo.root / PROGRAM, rule, worktree], check=False, what=f"the rule {rule}"
-    )
-    if result.returncode != 0:
+    code, problems = _run(repo, rule, worktree)
+    if code != 0:
         gitops.git(["reset", "--quiet", "--hard", "HEAD~1"], cwd=worktree, env=env)
-        return False, [
-            line for line in result.stderr.splitlines() if ": " in line and not line.startswith(rule)
-        ]
+        return False, problems
     gitops.git(["commit", "--quiet", "--amend", "--no-edit", "--all"], cwd=worktree, env=env)
     return True, []
