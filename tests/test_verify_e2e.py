@@ -23,7 +23,9 @@ from tests.helpers import ROOT, run_dgr
 
 pytestmark = pytest.mark.e2e
 
-NATIVE_TESTS = {"test-llama-archs-layer-ranges"}
+# the ctest of the first patch (every layer input captured), and the one the second patch adds (ranges)
+LAYER_INPUTS = "test-llama-archs-layer-inputs"
+NATIVE_TESTS = {LAYER_INPUTS, "test-llama-archs-layer-ranges"}
 
 
 @pytest.fixture(scope="session")
@@ -81,8 +83,9 @@ def test_every_prefix_of_the_series_builds_and_passes_its_own_tests(verify_run: 
     assert all(c["passed"] for c in series.values())
     digests = {c["figures"]["inputs_digest"] for c in series.values()}
     assert len(digests) == 4  # each prefix is a build of its own
-    # the first patch changes no behaviour and registers no test: its graphs are compared with upstream's
-    assert series["prefix-1"]["figures"]["tests"] == {}
+    # the first patch changes no behaviour (its graphs are compared with upstream's) and registers the test
+    # that every layer input can be captured; the later prefixes run both tests
+    assert series["prefix-1"]["figures"]["tests"] == {LAYER_INPUTS: True}
     for k in (2, 3, 4):
         assert series[f"prefix-{k}"]["figures"]["tests"] == dict.fromkeys(NATIVE_TESTS, True)
 
