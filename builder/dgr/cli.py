@@ -143,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also fetch and verify every model of locks/model.toml (the default first); print their paths",
     )
 
+    p = command(
+        "status",
+        "where the work stands: pin, series, edit tree, build, verify report, bench, and the next command",
+    )
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+
     p = command("build", "build the pinned llama.cpp with the series (cached by the inputs digest)")
     p.add_argument(
         "-j",

@@ -1,0 +1,110 @@
+"""`dgr status [--json]`: where the work stands, as `git status` says it for a work tree: the pin and the
+series, the edit tree, the build of the current inputs, the verify report and the bench behind
+`export-upstream`, and the next command to run. It reads only; it builds, fetches and writes nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass, field
+
+from dgr.builds import buildcache, buildplan, reportstore
+from dgr.contracts import locks
+from dgr.core.paths import Context
+from dgr.errors import EXIT_OK, DgrError
+from dgr.export import measured
+from dgr.git import gitops
+from dgr.maintain import editing
+
+
+@dataclass
+class Status:
+    pin: str
+    series: list[str]
+    inputs_digest: str
+    edit_tree: str | None
+    unexported: list[str]
+    build: str | None
+    verify: str
+    bench: str
+    export_needs: list[str] = field(default_factory=list)
+    next: str = ""
+
+
+def _edit_tree(ctx: Context, pin: str) -> tuple[str | None, list[str]]:
+    """The default edit tree of the pin, and what in it `dgr export-patches` would write."""
+    edit_dir = ctx.cache.edit / pin
+    if not (edit_dir / ".git").exists() or gitops.rev_parse(edit_dir, editing.BASE_REF) is None:
+        return None, []
+    pending = editing.export(ctx.repo, edit_dir).changes()
+    if gitops.is_dirty(edit_dir):
+        pending.append("uncommitted changes")
+    return str(edit_dir), pending
+
+
+def status(ctx: Context) -> Status:
+    lock = locks.load_upstream(ctx.repo.locks_dir)
+    plan = buildplan.plan(ctx, buildplan.Request())
+    edit_dir, unexported = _edit_tree(ctx, lock.pin.commit)
+    published = buildcache.BuildStore(ctx.cache).path(plan.digest)
+    build = str(published) if (published / buildcache.MANIFEST).is_file() else None
+    try:
+        stored = reportstore.load_passing(ctx.cache, plan.digest)
+        verify = f"passed: {len(stored.report.checks)} checks ({stored.name})"
+    except DgrError as exc:
+        verify = f"missing: {exc.what}"
+    try:
+        measured.load(ctx.cache.root / "bench" / "bench.json", plan.digest)
+        bench = "current (`dgr bench --rpc` of these inputs)"
+    except DgrError as exc:
+        bench = f"missing: {exc.what}"
+    result = Status(
+        pin=f"llama.cpp {lock.pin.commit} ({lock.pin.commit_date.date()})",
+        series=[ref.name for ref in plan.patches],
+        inputs_digest=plan.digest,
+        edit_tree=edit_dir,
+        unexported=unexported,
+        build=build,
+        verify=verify,
+        bench=bench,
+    )
+    if build is None:
+        result.export_needs.append("a build of the current inputs (`dgr build`)")
+    if not verify.startswith("passed"):
+        result.export_needs.append("a passing verify report (`dgr verify`)")
+    if not bench.startswith("current"):
+        result.export_needs.append("a bench with the upstream comparisons (`dgr bench --rpc`)")
+    if unexported:
+        result.next = f"dgr export-patches --dir {edit_dir}"
+    elif build is None:
+        result.next = "dgr build"
+    elif not verify.startswith("passed"):
+        result.next = "dgr verify"
+    elif not bench.startswith("current"):
+        result.next = "dgr bench --rpc"
+    else:
+        result.next = "dgr export-upstream"
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    result = status(Context.discover())
+    if args.json:
+        print(json.dumps(asdict(result), indent=2))
+        return EXIT_OK
+    print(f"pin:        {result.pin}")
+    print(f"series:     {len(result.series)} patch(es): {', '.join(result.series)}")
+    print(f"inputs:     {result.inputs_digest}")
+    if result.edit_tree is None:
+        print("edit tree:  none (`dgr edit` makes one)")
+    elif result.unexported:
+        print(f"edit tree:  {result.edit_tree}: not exported: {', '.join(result.unexported)}")
+    else:
+        print(f"edit tree:  {result.edit_tree}: nothing to export")
+    print(f"build:      {result.build or 'not built'}")
+    print(f"verify:     {result.verify}")
+    print(f"bench:      {result.bench}")
+    needs = "; ".join(result.export_needs)
+    print(f"export-upstream: {'ready' if not needs else 'needs ' + needs}")
+    print(f"next:       {result.next}")
+    return EXIT_OK
