@@ -143,6 +143,17 @@ def test_quiet_prints_results_only(repo: Path, capsys: pytest.CaptureFixture[str
     assert quiet.out == loud.out and loud.err != "" and quiet.err == ""
 
 
+def test_a_closed_pipe_ends_quietly(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def closed(args: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("dgr.commands.status.run", closed)
+    assert main(["status"]) == 1
+    assert capsys.readouterr().err == ""
+
+
 def test_missing_lock_is_8(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (repo / "locks" / "upstream.toml").unlink()
     assert main(["fetch"]) == 8

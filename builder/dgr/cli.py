@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import importlib.metadata
@@ -374,6 +375,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dgr: interrupted; nothing was published", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`dgr ... | head`): stop quietly, as git does
+        # and keep Python's own flush at exit from failing on the closed pipe
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except Exception as exc:  # anything else is a bug of dgr: one line, the traceback only with -v
         return _internal_error(exc)
     finally:

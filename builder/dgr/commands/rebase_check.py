@@ -107,7 +107,9 @@ def matrix_table(columns: list[tuple[str, rebase.RebaseReport]]) -> str:
                 continue
             cell = found.status + (" (after a conflict)" if found.after_failure else "")
             if found.status == "conflict":
-                cell += ": " + ", ".join(sorted({r.file for r in found.rejections}))
+                # the rejected files, or (a generated patch) where its hand-written part or its rule stopped
+                files = {r.file for r in found.rejections} or {f.split(":", 1)[0] for f in found.files}
+                cell += ": " + ", ".join(sorted(files))
             cells.append(cell)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
