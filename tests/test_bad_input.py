@@ -71,6 +71,17 @@ def test_bad_arguments(
     assert expected in err
 
 
+def test_fuzz_without_a_fuzzing_compiler_fails_first_and_says_what_to_install(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("dgr.verify.bench.fuzz.shutil.which", lambda name: None)
+    # before the build and the measurements: unit tests may not build, so a build here would fail loudly
+    assert main(["bench", "--fuzz", "--quick"]) == 8
+    err = capsys.readouterr().err
+    assert "--fuzz needs clang++ with libFuzzer, and this machine has none" in err
+    assert "apt-get install clang-14 libclang-rt-14-dev" in err
+
+
 def test_a_model_that_is_not_gguf(repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fake = tmp_path / "model.gguf"
     fake.write_text("not a model")

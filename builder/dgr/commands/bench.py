@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
     out_dir = Path(args.out) if args.out else ctx.cache.root / "bench"
     writable_dir(out_dir, "--out")  # before an hour of measuring, not after
+    if args.fuzz:
+        fuzz.compiler()  # likewise: a missing fuzzing compiler is said before the measurements
     if args.ctx < (needed := split.context_needed(args.quick)):
         raise UsageError(
             f"--ctx {args.ctx} is too small: the measurements need {needed} positions in one session",

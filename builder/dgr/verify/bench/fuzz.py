@@ -11,15 +11,25 @@ import numpy as np
 
 from dgr.core import proc
 from dgr.core.paths import Context
-from dgr.errors import BenchError
+from dgr.errors import BenchError, ConfigError
 from dgr.verify.wire import bundle, frames
+
+
+def compiler() -> str:
+    """clang++ with libFuzzer; ConfigError (exit 8), saying what to install, when the machine has none."""
+    clang = shutil.which("clang++") or shutil.which("clang++-14")
+    if clang is None:
+        raise ConfigError(
+            "--fuzz needs clang++ with libFuzzer, and this machine has none",
+            hint="install it (Debian: `apt-get update && apt-get install clang-14 libclang-rt-14-dev`), "
+            "or run `dgr bench` without --fuzz",
+        )
+    return clang
 
 
 def run(ctx: Context, source_dir: Path, runs: int) -> dict[str, int | float | str | bool]:
     """Build the libFuzzer harness of the worker's decoders with clang and run it."""
-    clang = shutil.which("clang++") or shutil.which("clang++-14")
-    if clang is None:
-        return {"ran": False, "reason": "clang++ not found (apt-get install clang-14 libclang-rt-14-dev)"}
+    clang = compiler()
     work = ctx.cache.root / "fuzz"
     work.mkdir(parents=True, exist_ok=True)
     worker_dir = ctx.repo.worker_dir
