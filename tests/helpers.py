@@ -119,6 +119,19 @@ def make_fake_upstream(path: Path) -> FakeUpstream:
     )
 
 
+# the fixture page of the series' first patch, as a later upstream could merge it
+FIXTURE_PAGE = ("docs/fixture.md", "# fixture\n\nA page added by a patch.\n")
+
+
+def later_upstream(upstream: FakeUpstream, where: Path, file: tuple[str, str], date: str) -> Path:
+    """A clone of the fake upstream at `later` with one more commit, adding `file` (path, text) at `date`."""
+    git(where.parent, "clone", "-q", str(upstream.path), str(where))
+    git(where, "checkout", "-q", "-B", "later-plus", upstream.later)
+    (where / file[0]).write_text(file[1])
+    commit_all(where, f"upstream: add {file[0]}", date=date)
+    return where
+
+
 def make_series(upstream: FakeUpstream, work: Path) -> dict[str, str]:
     """Three patches on the fake pin: onto `later` one applies, one needs 3-way, one conflicts."""
     shutil.copytree(upstream.path, work)

@@ -17,7 +17,18 @@ from dgr.cli import main
 from dgr.core.paths import Context
 from dgr.maintain import pinning
 
-from tests.helpers import ROOT, FakeUpstream, commit_all, flip_byte, format_patch, git, message, write_report
+from tests.helpers import (
+    FIXTURE_PAGE,
+    ROOT,
+    FakeUpstream,
+    commit_all,
+    flip_byte,
+    format_patch,
+    git,
+    later_upstream,
+    message,
+    write_report,
+)
 
 SPEC = "pypi:llama-cpp-python==9.9.9"
 OLD_SPEC = "pypi:llama-cpp-python==0.3.35"
@@ -303,11 +314,7 @@ def test_a_patch_the_target_has_already_is_refused(
     repo: Path, fake_upstream: FakeUpstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The target merged the first patch: the pin stays, and dgr names the patch to drop."""
-    onto = tmp_path / "merged"
-    git(tmp_path, "clone", "-q", str(fake_upstream.path), str(onto))
-    git(onto, "checkout", "-q", "-B", "merged", fake_upstream.later)
-    (onto / "docs" / "fixture.md").write_text("# fixture\n\nA page added by a patch.\n")
-    commit_all(onto, "docs : add a fixture page (#1)", date="1795000000 +0000")
+    onto = later_upstream(fake_upstream, tmp_path / "merged", FIXTURE_PAGE, "1795000000 +0000")
     before = snapshot(repo)
     assert main(["pin", "--to", str(onto)]) == 2
     err = capsys.readouterr().err

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from dgr.cli import main
 
-from tests.helpers import FakeUpstream, commit_all, git
+from tests.helpers import FIXTURE_PAGE, FakeUpstream, git, later_upstream
 
 
 @pytest.mark.parametrize("how", ["commit", "path"])
@@ -42,11 +42,7 @@ def test_a_patch_upstream_has_already_is_redundant(
     repo: Path, fake_upstream: FakeUpstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An upstream that merged the first patch: the patch applies there in reverse, so it is redundant."""
-    onto = tmp_path / "merged"
-    git(tmp_path, "clone", "-q", str(fake_upstream.path), str(onto))
-    git(onto, "checkout", "-q", "-B", "merged", fake_upstream.later)
-    (onto / "docs" / "fixture.md").write_text("# fixture\n\nA page added by a patch.\n")
-    commit_all(onto, "docs : add a fixture page (#1)", date="1795000000 +0000")
+    onto = later_upstream(fake_upstream, tmp_path / "merged", FIXTURE_PAGE, "1795000000 +0000")
     assert main(["rebase-check", "--onto", str(onto), "--json"]) == 5
     report = json.loads(capsys.readouterr().out)
     assert [(p["name"], p["status"]) for p in report["patches"]] == [
@@ -87,11 +83,9 @@ def test_unknown_onto(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_no_port_is_suggested_onto_an_older_upstream(
     repo: Path, fake_upstream: FakeUpstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    onto = tmp_path / "older"
-    git(tmp_path, "clone", "-q", str(fake_upstream.path), str(onto))
-    git(onto, "checkout", "-q", "-B", "older", fake_upstream.later)
-    (onto / "docs" / "other.md").write_text("# other\n")
-    commit_all(onto, "an upstream commit older than the pin", date="1700000000 +0000")
+    onto = later_upstream(
+        fake_upstream, tmp_path / "older", ("docs/other.md", "# other\n"), "1700000000 +0000"
+    )
     assert main(["rebase-check", "--onto", str(onto), "--json"]) == 5
     report = json.loads(capsys.readouterr().out)
     assert report["next"].startswith(f"{onto} is older than the pin (2023-11-14 < 2026-08-16)")
