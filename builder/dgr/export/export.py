@@ -104,7 +104,7 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
     if not names:
         raise UsageError("the series is empty: there is nothing to send upstream")
     config = upstream_package.load_config(repo.root / PACKAGE_DIR / CONFIG_FILE, names)
-    rules = {g.patch: g.rule for g in generated.load(repo) if g.patch in names}
+    rules = {name: rule for name, rule in generated.rules_of(repo).items() if name in names}
     env = render.environment(repo.root / PACKAGE_DIR / render.TEMPLATES_DIR)
     texts, parsed = _parse(plan)
     pin = plan.pin

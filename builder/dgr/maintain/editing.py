@@ -117,7 +117,7 @@ def create(
     gitops.git(["checkout", "--quiet", "--force", "-B", BRANCH, BASE_REF], cwd=edit_dir)
     gitops.git(["clean", "-fdxq"], cwd=edit_dir)
     # onto another upstream, a generated patch is made again by its rule (a new model file gets it too)
-    rules_of = {g.patch: g.rule for g in generated.load(repo)} if three_way and repo.port is None else {}
+    rules_of = generated.rules_of(repo) if three_way else {}
     for patch in patches:
         if patch.name in rules_of:
             if not rules.regenerate(repo, rules_of[patch.name], edit_dir, patch.path, identity)[0]:

@@ -148,7 +148,10 @@ def check(ctx: Context, repo: Repo, mirror: Path | None = None) -> list[StyleFin
     refs = apply.verified_series(repo)
     if not refs:
         return []
-    generated = {g.patch: g for g in generated_patches.load(repo)} if repo.port is None else {}
+    generated = {
+        name: generated_patches.Generated(name, rule)
+        for name, rule in generated_patches.rules_of(repo).items()
+    }
     upstream_lock = locks.load_upstream(ctx.repo.locks_dir)
     spec = None
     if repo.port is not None:

@@ -53,6 +53,11 @@ def load(repo: Repo) -> list[Generated]:
     return [Generated(e["patch"], e["rule"]) for e in entries]
 
 
+def rules_of(repo: Repo) -> dict[str, str]:
+    """The rule of each generated patch, by patch name; none for a port (rules.toml is the series')."""
+    return {} if repo.port is not None else {g.patch: g.rule for g in load(repo)}
+
+
 def missing(generated: list[Generated], patches: list[str]) -> list[RuleFinding]:
     """The generated patches that the series does not have."""
     return [
