@@ -239,6 +239,8 @@ static std::string model_identity(const llama_model * model) {
 
 json worker::op_load(const json & req) {
     const std::string path = need_field<std::string>(req, "model");
+    // without the range fields the model parameters stay llama_model_default_params()'s
+    const bool    ranged      = req.contains("layer_begin") || req.contains("layer_end");
     const int32_t layer_begin = get_field<int32_t>(req, "layer_begin", 0);
     const int32_t layer_end   = get_field<int32_t>(req, "layer_end", -1);
     const bool    use_mmap    = get_field<bool>(req, "mmap", true);
@@ -267,10 +269,16 @@ json worker::op_load(const json & req) {
     unload();
 
     llama_model_params mparams = llama_model_default_params();
-    mparams.load_mode = use_mmap ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
+    if (req.contains("mmap")) {
+        mparams.load_mode = use_mmap ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
+    }
 #if WORKER_HAS_LAYER_RANGE
-    mparams.layer_begin = layer_begin;
-    mparams.layer_end   = layer_end;
+    if (ranged) {
+        mparams.layer_begin = layer_begin;
+        mparams.layer_end   = layer_end;
+    }
+#else
+    (void) ranged;
 #endif
 
     model_ = llama_model_load_from_file(path.c_str(), mparams);
@@ -320,6 +328,8 @@ json worker::op_load(const json & req) {
 
     json out = ownership();
     out["memory"] = op_memory();
+    // true when the model was loaded with llama_model_default_params() as they are
+    out["default_params"] = !ranged && !req.contains("mmap");
     return out;
 }
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dgr.contracts.bench import MemoryRow
 from dgr.core import log
 from dgr.verify.models import inventory, prompts
 from dgr.verify.wire.client import ContextParams, Worker
+
+PREFILL_TOKENS = 64
+"""The tokens every range of the memory table decodes before its peak RSS is read."""
 
 
 def table_ranges(n_layer: int, quick: bool = False) -> list[tuple[int, int]]:
@@ -28,19 +32,29 @@ def table_ranges(n_layer: int, quick: bool = False) -> list[tuple[int, int]]:
 def measure(
     worker: Path, model_path: Path, inv: inventory.Inventory, quick: bool, ctx: int = 1024
 ) -> tuple[MemoryRow, ...]:
-    """Model bytes, KV bytes (a context of `ctx` cells) and peak RSS (mmap off, fresh process, after a
-    64-token prefill) per range."""
+    """Model bytes, KV bytes (a context of `ctx` cells) and peak RSS (mmap off, fresh process, after the
+    same 64-token prefill in every range) per range. A range after layer 0 is fed the hidden state of those
+    64 tokens, computed by a separate process that holds the layers before it (its memory is not counted)."""
     n = inv.n_layer
     ranges = table_ranges(n, quick)
+    context = ContextParams(n_ctx=ctx, max_sessions=1)
+    with Worker(worker, "mem-tokenizer") as w:
+        w.load(model_path, (0, 1))
+        tokens = list(w.request("tokenize", text=prompts.LONG).header["tokens"][:PREFILL_TOKENS])
+    decode: dict[str, Any] = {"session": "m", "epoch": 1, "pos": 0, "n_tokens": len(tokens), "logits": "none"}
+    hidden: dict[int, bytes] = {}
     measured: list[tuple[int, int, int, int, int, int]] = []
     for begin, end in ranges:
+        if begin > 0 and begin not in hidden:
+            with Worker(worker, f"mem-feed[0,{begin})") as feed:
+                feed.load(model_path, (0, begin), context=context)
+                hidden[begin] = feed.request("decode", tokens=tokens, **decode).body
         with Worker(worker, f"mem[{begin},{end})") as w:
-            rep = w.load(
-                model_path, (begin, end), mmap=False, context=ContextParams(n_ctx=ctx, max_sessions=1)
-            )
-            tokens = w.request("tokenize", text=prompts.LONG).header["tokens"][:64] if begin == 0 else None
-            if tokens is not None:
-                w.request("decode", tokens=tokens, session="m", epoch=1, pos=0, n_tokens=len(tokens))
+            rep = w.load(model_path, (begin, end), mmap=False, context=context)
+            if begin == 0:
+                w.request("decode", tokens=tokens, **decode)
+            else:
+                w.request("decode", hidden[begin], **decode)
             mem = w.request("memory").header
         owned = inv.expected(begin, end)
         row = (begin, end, inv.bytes_of(owned), rep["buffer_size"], mem["kv_bytes"], mem["peak_rss"])

@@ -276,16 +276,20 @@ def measure(
     reps: int = 3,
 ) -> dict[str, Any]:
     """(a) and (b) side by side, with the same prompt, threads and decoded tokens: `reps` rounds of every
-    configuration in turn (whole, ranges k, RPC k first start, RPC k later start), the best round of each."""
+    configuration in turn (whole, ranges k, RPC k first start, RPC k later start), the best round of each
+    for the figures; `same_output` holds only if the output of every repetition is the whole model's."""
     env = tool_env(tools, HEAD, build_dir) | tool_env(tools, SERVER, build_dir)
     text = prompts.LONG
     with Pipeline(worker, model, [(0, n_layer)], threads=threads, n_ctx=512, max_sessions=1) as whole:
         prompt = whole.tokenize(text)
     best: dict[tuple[str, int, str], dict[str, Any]] = {}
+    same: dict[tuple[str, int, str], list[bool]] = {}
 
-    def keep(row: dict[str, Any]) -> None:
-        """Per configuration, the repetition with the shortest time to the first token."""
+    def keep(row: dict[str, Any], same_output: bool) -> None:
+        """Per configuration, the repetition with the shortest time to the first token, and whether each
+        repetition's output was the whole model's."""
         key = (row["engine"], row["processes"], row["start"])
+        same.setdefault(key, []).append(same_output)
         if key not in best or row["ttft_s"] < best[key]["ttft_s"]:
             best[key] = row
 
@@ -299,20 +303,22 @@ def measure(
                 reference = tokens
                 with Pipeline(worker, model, [(0, n_layer)], threads=threads, n_ctx=512, max_sessions=1) as w:
                     reference_text = w.detokenize(reference)
-            keep(row | {"same_output": tokens == reference})
+            keep(row, tokens == reference)
             for k in splits:
                 row, tokens = _ranges_run(
                     worker, model, inventory.split(n_layer, k), prompt, n_decode, threads
                 )
-                keep(row | {"same_output": tokens == reference})
+                keep(row, tokens == reference)
                 shutil.rmtree(cache, ignore_errors=True)  # the first start: an empty tensor cache
                 for start in ("first", "later"):
                     row, out = _rpc_run(tools, env, model, k, threads, text, n_decode, cache, start)
-                    keep(row | {"same_output": out.strip() == reference_text.strip()})
+                    keep(row, out.strip() == reference_text.strip())
     order = [("whole", 1, "cold")] + [
         key for k in splits for key in (("ranges", k, "cold"), ("rpc", k, "first"), ("rpc", k, "later"))
     ]
-    rows = [best[key] for key in order]
+    rows = [
+        best[key] | {"same_output": all(same[key]), "same_output_reps": sum(same[key])} for key in order
+    ]
     return {
         "model": {"file": model.name, "n_layer": n_layer},
         "threads": threads,

@@ -10,7 +10,7 @@ import numpy as np
 
 from dgr.contracts.report import REAL_MODEL, Check, Evidence
 from dgr.errors import WorkerRequestError
-from dgr.verify.checks.report import guarded, matching_prefix
+from dgr.verify.checks.report import guarded, matching_prefix, verdict
 from dgr.verify.checks.session import conformance
 from dgr.verify.models import inventory, prompts, synth
 from dgr.verify.models.env import Env, RealModel
@@ -85,8 +85,11 @@ def check_baseline(env: Env, m: RealModel) -> Check:
         )
     results = []
     states = []
+    defaults = []
     for binary in (env.worker, env.baseline_worker):
-        with Pipeline(binary, m.path, m.whole, threads=env.threads) as pipe:
+        # no range and no model parameter asked for: both load with llama_model_default_params() as they are
+        with Pipeline(binary, m.path, None, threads=env.threads) as pipe:
+            defaults.append(bool(pipe.info[0].get("default_params")))
             tokens = pipe.tokenize(prompts.LONG)[:PREFILL_TOKENS]
             results.append(pipe.step("baseline", 1, 0, tokens, logits="all").logits)
             results.append(pipe.step("baseline", 1, len(tokens), [tokens[-1]], logits="all").logits)
@@ -94,28 +97,24 @@ def check_baseline(env: Env, m: RealModel) -> Check:
             states.append(pipe.workers[0].request("state_save", session="baseline", epoch=1).body)
     patched = np.concatenate(results[:2])
     upstream = np.concatenate(results[2:])
-    exact = bool(np.array_equal(patched, upstream))
+    exact = patched.shape == upstream.shape and bool(np.array_equal(patched, upstream))
     same_state = states[0] == states[1]
     figures = {
-        "tokens": PREFILL_TOKENS + 1,
+        "tokens": int(patched.shape[0]),
+        "default_params": defaults,
         "bit_identical": exact,
-        "max_abs_diff": float(np.abs(patched - upstream).max()),
+        "max_abs_diff": float(np.abs(patched - upstream).max()) if patched.shape == upstream.shape else None,
         "state_bytes": [len(s) for s in states],
         "state_identical": same_state,
     }
     problems = [] if exact else ["the logits of the patched build without a range differ from upstream"]
+    if not all(defaults):
+        problems.append("a worker did not load with llama_model_default_params() as they are")
     if not same_state:
         problems.append(
             f"the saved state differs from upstream's ({len(states[0])} vs {len(states[1])} bytes)"
         )
-    return Check(
-        group="boundary",
-        name=name,
-        evidence=REAL_MODEL,
-        passed=not problems,
-        figures=figures,
-        detail="; ".join(problems),
-    )
+    return verdict("boundary", name, REAL_MODEL, problems, figures, sep="; ")
 
 
 def check_generation(env: Env, m: RealModel) -> Check:
@@ -134,18 +133,17 @@ def check_generation(env: Env, m: RealModel) -> Check:
             matched.append(same)
             if a != b:
                 problems.append(f"prompt {i}: diverges at token {same}")
-    return Check(
-        group="boundary",
-        name=f"generate-3-workers/{m.name}",
-        evidence=REAL_MODEL,
-        passed=not problems,
-        figures={
+    return verdict(
+        "boundary",
+        f"generate-3-workers/{m.name}",
+        REAL_MODEL,
+        problems,
+        {
             "prompts": len(prompts.GENERATION),
             "tokens_each": GEN_TOKENS,
             "split": [list(r) for r in m.split(3)],
             "matching_tokens": matched,
         },
-        detail="\n".join(problems),
     )
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from dgr.contracts.report import REAL_MODEL, Check
 from dgr.errors import ShardFailedError, WorkerRequestError
-from dgr.verify.checks.report import guarded, matching_prefix
+from dgr.verify.checks.report import guarded, matching_prefix, verdict
 from dgr.verify.checks.session import conformance
 from dgr.verify.models import inventory, prompts, synth
 from dgr.verify.models.env import Env, RealModel
@@ -24,6 +24,8 @@ from dgr.verify.wire.pipeline import Pipeline
 GEN_TOKENS = 64
 KV_TOLERANCE = 0.01
 FAILURE_DEADLINE = 10.0
+RESTORE_STEPS = 8
+"""The steps a restored session and the session it was saved from decode side by side, logits compared."""
 
 
 def _refused(fn: Callable[[], object], code: str) -> str | None:
@@ -123,13 +125,8 @@ def check_kv_bytes(env: Env, m: RealModel) -> Check:
             w.load(m.path, (begin, end), context=replace(KV_CONTEXT, threads=env.threads))
             measured[(begin, end)] = int(w.request("memory").header["kv_bytes"])
     problems, figures = kv_verdict(measured, n, list(splits.values()))
-    return Check(
-        group="kv",
-        name=f"kv-bytes-per-shard/{m.name}",
-        evidence=REAL_MODEL,
-        passed=not problems,
-        figures={"n_ctx": KV_CONTEXT.n_ctx, **figures},
-        detail="\n".join(problems),
+    return verdict(
+        "kv", f"kv-bytes-per-shard/{m.name}", REAL_MODEL, problems, {"n_ctx": KV_CONTEXT.n_ctx, **figures}
     )
 
 
@@ -235,14 +232,7 @@ def check_release_evict_miss(env: Env, m: RealModel) -> Check:
         err = _refused(lambda: split.step("A", 3, len(toks[0]), [5]), "cache_miss")
         if err:
             problems.append(f"unknown newer epoch: {err}")
-    return Check(
-        group="kv",
-        name=f"release-evict-miss-epoch/{m.name}",
-        evidence=REAL_MODEL,
-        passed=not problems,
-        figures=figures,
-        detail="\n".join(problems),
-    )
+    return verdict("kv", f"release-evict-miss-epoch/{m.name}", REAL_MODEL, problems, figures)
 
 
 def check_recipes(env: Env, m: RealModel) -> Check:
@@ -274,9 +264,18 @@ def check_recipes(env: Env, m: RealModel) -> Check:
         states = [w.request("state_save", session="r", epoch=1).body for w in split.workers]
         for w, state in zip(twin.workers, states, strict=True):
             w.request("state_load", state, session="r", epoch=1)
-        pos = len(prompt) + len(gen) - 1
-        if split.step("r", 1, pos, [gen[-1]]).argmax != twin.step("r", 1, pos, [gen[-1]]).argmax:
-            problems.append("the restored session continues differently")
+        # both continue from the saved position, fed the same tokens: the logits of every step are equal
+        pos, token, steps_equal = len(prompt) + len(gen) - 1, gen[-1], 0
+        for _ in range(RESTORE_STEPS):
+            a, b = split.step("r", 1, pos, [token]), twin.step("r", 1, pos, [token])
+            if not np.array_equal(a.logits, b.logits):
+                problems.append(
+                    f"the restored session continues differently at position {pos} "
+                    f"(max abs diff {float(np.abs(a.logits - b.logits).max())})"
+                )
+                break
+            steps_equal += 1
+            pos, token = pos + 1, a.argmax[-1]
 
         whole.generate("r", 1, prompt, 2)
         whole_state = whole.workers[0].request("state_save", session="r", epoch=1).body
@@ -303,13 +302,17 @@ def check_recipes(env: Env, m: RealModel) -> Check:
                 refusals[want] = e.message.splitlines()[0]
                 if e.code != "incompatible_recipe":
                     problems.append(f"{want}: {e.code}: {e.message}")
-    return Check(
-        group="kv",
-        name=f"state-recipes/{m.name}",
-        evidence=REAL_MODEL,
-        passed=not problems,
-        figures={"states_bytes": [len(s) for s in states], "refused": refusals},
-        detail="\n".join(problems),
+    return verdict(
+        "kv",
+        f"state-recipes/{m.name}",
+        REAL_MODEL,
+        problems,
+        {
+            "states_bytes": [len(s) for s in states],
+            "restored_steps_bit_identical": steps_equal,
+            "restored_steps": RESTORE_STEPS,
+            "refused": refusals,
+        },
     )
 
 
@@ -340,13 +343,8 @@ def check_worker_failure(env: Env, m: RealModel) -> Check:
                     problems.append(f"{mode}: shard {i} still holds the session")
             if mode == "hung":
                 os.kill(victim.pid, signal.SIGKILL)
-    return Check(
-        group="kv",
-        name=f"worker-failure/{m.name}",
-        evidence=REAL_MODEL,
-        passed=not problems,
-        figures={**figures, "deadline_s": FAILURE_DEADLINE},
-        detail="\n".join(problems),
+    return verdict(
+        "kv", f"worker-failure/{m.name}", REAL_MODEL, problems, {**figures, "deadline_s": FAILURE_DEADLINE}
     )
 
 

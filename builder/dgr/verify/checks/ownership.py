@@ -11,7 +11,7 @@ import numpy as np
 
 from dgr.contracts.report import REAL_MODEL, SYNTHETIC, Check, Evidence
 from dgr.errors import WorkerRequestError
-from dgr.verify.checks.report import guarded
+from dgr.verify.checks.report import guarded, verdict
 from dgr.verify.checks.session import conformance
 from dgr.verify.models import inventory, synth
 from dgr.verify.models.env import Env, RealModel
@@ -90,14 +90,7 @@ def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: Evidence, 
     }
     if inv.tied:
         figures["tied_head_holders"] = holders.get("token_embd.weight", 0)
-    return Check(
-        group="ownership",
-        name=f"split-{k}/{label}",
-        evidence=evidence,
-        passed=not problems,
-        figures=figures,
-        detail="\n".join(problems[:20]),
-    )
+    return verdict("ownership", f"split-{k}/{label}", evidence, problems, figures, limit=20)
 
 
 @dataclass(frozen=True)
@@ -202,14 +195,7 @@ def check_peak_rss(env: Env, m: RealModel) -> Check:
         owned[label] = inv.bytes_of(inv.expected(begin, end))
     problems, figures = rss_verdict(idle, peaks, owned, env.sanitized)
     figures["ranges"] = {k: list(v) for k, v in ranges.items()}
-    return Check(
-        group="ownership",
-        name=f"peak-rss-per-range/{m.name}",
-        evidence=REAL_MODEL,
-        passed=not problems,
-        figures=figures,
-        detail="\n".join(problems),
-    )
+    return verdict("ownership", f"peak-rss-per-range/{m.name}", REAL_MODEL, problems, figures)
 
 
 def invalid_ranges(n_layer: int) -> dict[tuple[int, int], str]:
@@ -241,13 +227,12 @@ def check_invalid_ranges(env: Env, m: RealModel) -> Check:
         rep = _load(w, m.path, 0, 1, mmap=True)
         if rep["layer_end"] != 1:
             problems.append("a valid range after the refusals did not load")
-    return Check(
-        group="ownership",
-        name=f"invalid-ranges/{m.name}",
-        evidence=REAL_MODEL,
-        passed=not problems,
-        figures={"refused": len(messages), "cases": len(cases), "messages": messages},
-        detail="\n".join(problems),
+    return verdict(
+        "ownership",
+        f"invalid-ranges/{m.name}",
+        REAL_MODEL,
+        problems,
+        {"refused": len(messages), "cases": len(cases), "messages": messages},
     )
 
 
@@ -272,13 +257,8 @@ def check_refused_range(env: Env) -> Check:
                 messages[f"[{begin}, {end})"] = e.message.splitlines()[-1]
                 if e.code != "load_failed" or "does not support layer ranges" not in e.message:
                     problems.append(f"[{begin}, {end}): unexpected error: {e.code}: {e.message!r}")
-    return Check(
-        group="ownership",
-        name="refused-range/bitnet",
-        evidence=SYNTHETIC,
-        passed=not problems,
-        figures={"arch": "bitnet", "messages": messages},
-        detail="\n".join(problems),
+    return verdict(
+        "ownership", "refused-range/bitnet", SYNTHETIC, problems, {"arch": "bitnet", "messages": messages}
     )
 
 

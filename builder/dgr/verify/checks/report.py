@@ -33,6 +33,28 @@ def guarded(
     return result if isinstance(result, list) else [result]
 
 
+def verdict(
+    group: Group,
+    name: str,
+    evidence: Evidence,
+    problems: list[str],
+    figures: Mapping[str, Any],
+    *,
+    sep: str = "\n",
+    limit: int | None = None,
+) -> Check:
+    """The check `group/name`: passed when no problem was found; the problems (the first `limit`) are its
+    detail."""
+    return Check(
+        group=group,
+        name=name,
+        evidence=evidence,
+        passed=not problems,
+        figures=figures,
+        detail=sep.join(problems[:limit]),
+    )
+
+
 def matching_prefix(a: list[int], b: list[int]) -> int:
     """How many tokens two generations share from the start."""
     n = 0

@@ -153,15 +153,18 @@ class Worker:
     def load(
         self,
         model: Path,
-        layers: tuple[int, int] = (0, -1),
+        layers: tuple[int, int] | None = (0, -1),
         *,
         mmap: bool = True,
         context: ContextParams | None = None,
     ) -> dict[str, Any]:
-        """Load the layer range `layers` of `model` (end -1: the last layer) and, with `context`, a context
-        for sessions; the reply: what the range holds (ownership), with the context's `n_ctx`, `n_batch`
-        and `max_sessions` when there is one (docs/protocol.md, `load`)."""
-        fields: dict[str, Any] = {"layer_begin": layers[0], "layer_end": layers[1], "mmap": mmap}
+        """Load the layer range `layers` of `model` (end -1: the last layer; None with `mmap` true: no model
+        parameter is sent, so the worker loads with `llama_model_default_params()` as they are) and, with
+        `context`, a context for sessions; the reply: what the model holds (ownership), with the context's
+        `n_ctx`, `n_batch` and `max_sessions` when there is one (docs/protocol.md, `load`)."""
+        fields: dict[str, Any] = {} if layers is None and mmap else {"mmap": mmap}
+        if layers is not None:
+            fields |= {"layer_begin": layers[0], "layer_end": layers[1]}
         if context is not None:
             fields |= {"context": True, **context.fields()}
         header: dict[str, Any] = self.request("load", model=str(model), **fields).header

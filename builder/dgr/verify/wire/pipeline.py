@@ -43,13 +43,15 @@ def parse_split(text: str, n_layer: int | None = None) -> list[tuple[int, int]]:
 
 
 class Pipeline:
-    """Workers for the ranges of `split`, loaded with contexts; `step` runs tokens through all of them."""
+    """Workers for the ranges of `split`, loaded with contexts; `step` runs tokens through all of them.
+    `split` None: one worker that loads the model with llama.cpp's default model parameters (no range
+    asked for); its `split` is then the range the loaded model holds."""
 
     def __init__(
         self,
         worker_bin: Path,
         model: Path,
-        split: list[tuple[int, int]],
+        split: list[tuple[int, int]] | None,
         *,
         threads: int = 2,
         max_sessions: int = 4,
@@ -59,17 +61,23 @@ class Pipeline:
         type_k: str = "f16",
     ) -> None:
         context = ContextParams(n_ctx=n_ctx, threads=threads, max_sessions=max_sessions, type_k=type_k)
-        self.split = split
         self.workers: list[Worker] = []
         self.info: list[dict[str, Any]] = []
         try:
-            for i, (begin, end) in enumerate(split):
-                w = Worker(worker_bin, f"shard{i}[{begin},{end})", timeout=timeout, max_body=max_body)
+            if split is None:
+                w = Worker(worker_bin, "whole (default parameters)", timeout=timeout, max_body=max_body)
                 self.workers.append(w)
-                self.info.append(w.load(model, (begin, end), context=context))
+                self.info.append(w.load(model, None, context=context))
+                split = [(int(self.info[0]["layer_begin"]), int(self.info[0]["layer_end"]))]
+            else:
+                for i, (begin, end) in enumerate(split):
+                    w = Worker(worker_bin, f"shard{i}[{begin},{end})", timeout=timeout, max_body=max_body)
+                    self.workers.append(w)
+                    self.info.append(w.load(model, (begin, end), context=context))
         except Exception:
             self.close()
             raise
+        self.split: list[tuple[int, int]] = split
 
     @property
     def head(self) -> Worker:
