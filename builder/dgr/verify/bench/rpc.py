@@ -316,9 +316,7 @@ def measure(
     order = [("whole", 1, "cold")] + [
         key for k in splits for key in (("ranges", k, "cold"), ("rpc", k, "first"), ("rpc", k, "later"))
     ]
-    rows = [
-        best[key] | {"same_output": all(same[key]), "same_output_reps": sum(same[key])} for key in order
-    ]
+    rows = [best[key] | {"same_output": all(same[key]), "same_output_reps": sum(same[key])} for key in order]
     return {
         "model": {"file": model.name, "n_layer": n_layer},
         "threads": threads,
