@@ -332,3 +332,17 @@ def test_bench_quick_reports_every_key(real_cache: Path, real_build: dict[str, A
     assert [r["layers"] for r in gemma["memory"]] == [[0, 18], [6, 12]]
     assert gemma["memory"][1]["peak_rss_fraction"] < 0.5  # a middle third holds neither end of the head
     assert (tmp_path / "memory-gemma3.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_worker_sets_no_model_parameter_unless_asked(worker_bin: Path, real_cache: Path) -> None:
+    """Without a range (and without `mmap`) the worker loads with llama_model_default_params() as they are,
+    which is what `no-range-vs-upstream` compares with upstream; asking for the whole range sets them."""
+    model = next((real_cache / "models").glob("*/SmolLM2-*.gguf"))
+    with Worker(worker_bin, "defaults") as w:
+        plain = w.load(model, None)
+        ranged = w.load(model, (0, 30))
+        unmapped = w.load(model, None, mmap=False)
+    assert plain["default_params"] is True
+    assert (plain["layer_begin"], plain["layer_end"]) == (0, 30)
+    assert ranged["default_params"] is False
+    assert unmapped["default_params"] is False
