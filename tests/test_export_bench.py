@@ -2,13 +2,17 @@
 of upstream's tools parsed (fake tools print what the real ones print), the result read back by the export
 (dgr.export.measured) exactly as the bench writes it."""
 
+# ruff: noqa: UP031 (the fixture is printed with upstream's own printf formats, as C prints them)
+
 from __future__ import annotations
 
+import dataclasses
 import json
 import stat
 from pathlib import Path
 
 import pytest
+from dgr.contracts.upstreambench import KlStats, Perplexity
 from dgr.errors import BenchError
 from dgr.export import measured
 from dgr.verify.bench import quality, rpc
@@ -18,6 +22,44 @@ PERPLEXITY_OUT = (
     "[1]13.4425,[2]20.0833,\n"
     "0.41.136.747 I Final estimate: PPL = {final} +/- 0.48251\n"
 )
+
+
+def kl_out(mean: float, high: float, same_top: float) -> str:
+    """What `llama-perplexity --kl-divergence` prints, by the format strings of upstream's
+    tools/perplexity/perplexity.cpp at the pin (kl_divergence(): the chunk table, then the statistics)."""
+    header = (
+        "chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              "
+        "Δp RMS            Same top p\n"
+    )
+    rows = "".join(
+        "%4d" % (i + 1)
+        + "    %9.4lf ± %9.4lf" % (ppl, 0.5)
+        + "    %10.5lf ± %10.5lf" % (0.0, 0.0)
+        + "    %10.5lf ± %10.5lf" % (mean, 0.0)
+        + "    %6.3lf ± %6.3lf %%" % (0.012, 0.003)
+        + "    %6.3lf ± %6.3lf %%" % (same_top, 0.0)
+        + "\n"
+        for i, ppl in enumerate((13.4425, 20.0833))
+    )
+    return (
+        "kl_divergence: computing over 2 chunks, n_ctx=512, batch_size=2048, n_seq=4\n"
+        + header
+        + rows
+        + "\n====== Perplexity statistics ======\n"
+        + "Mean PPL(Q)                   : %10.6lf ± %10.6lf\n" % (20.0833, 0.48251)
+        + "Mean PPL(base)                : %10.6lf ± %10.6lf\n" % (20.0833, 0.48251)
+        + "Cor(ln(PPL(Q)), ln(PPL(base))): %6.2lf%%\n" % 100.0
+        + "\n====== KL divergence statistics ======\n"
+        + "Mean    KLD: %10.6lf ± %10.6lf\n" % (mean, 0.000001)
+        + "Maximum KLD: %10.6f\n" % high
+        + "99.9%%   KLD: %10.6f\n" % high
+        + "Median  KLD: %10.6f\n" % mean
+        + "Minimum KLD: %10.6f\n" % -0.00001
+        + "\n====== Token probability statistics ======\n"
+        + "Mean    Δp: %6.3lf ± %5.3lf %%\n" % (0.0, 0.001)
+        + "RMS Δp    : %6.3lf ± %5.3lf %%\n" % (0.012, 0.003)
+        + "Same top p: %6.3lf ± %5.3lf %%\n" % (same_top, 0.0)
+    )
 
 
 def bench_out(pp: float, tg: float) -> str:
@@ -38,13 +80,17 @@ PERF = (
 )
 
 
-def fake_tools(where: Path, final: str, pp: float, tg: float) -> Path:
-    """A bin/ with llama-perplexity and llama-bench that print what upstream's print."""
+def fake_tools(where: Path, final: str, pp: float, tg: float, kl: str | None = None) -> Path:
+    """A bin/ with llama-perplexity and llama-bench that print what upstream's print: llama-perplexity
+    writes the base file with `--kl-divergence-base` alone, compares (prints `kl`) with `--kl-divergence`."""
     where.mkdir(parents=True)
-    scripts = {
-        "llama-perplexity": f"cat <<'OUT' >&2\n{PERPLEXITY_OUT.format(final=final)}OUT\n",
-        "llama-bench": f"cat <<'OUT'\n{bench_out(pp, tg)}\nOUT\n",
-    }
+    kl = kl if kl is not None else kl_out(0.000002, 0.00012, 100.0)
+    perplexity = (
+        'for a in "$@"; do [ "$a" = --kl-divergence ] && { cat <<\'OUT\'\n' + kl + "OUT\nexit 0; }; done\n"
+        'while [ $# -gt 0 ]; do [ "$1" = --kl-divergence-base ] && : > "$2"; shift; done\n'
+        f"cat <<'OUT' >&2\n{PERPLEXITY_OUT.format(final=final)}OUT\n"
+    )
+    scripts = {"llama-perplexity": perplexity, "llama-bench": f"cat <<'OUT'\n{bench_out(pp, tg)}\nOUT\n"}
     for name, body in scripts.items():
         path = where / name
         path.write_text("#!/bin/sh\n" + body)
@@ -52,51 +98,62 @@ def fake_tools(where: Path, final: str, pp: float, tg: float) -> Path:
     return where
 
 
-def test_perplexity_and_bench_before_and_after_round_trip_into_the_export(tmp_path: Path) -> None:
-    baseline = fake_tools(tmp_path / "baseline", "13.1108", 290.0, 70.0)
-    patched = fake_tools(tmp_path / "patched", "13.1108", 286.0, 70.7)
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
     model = tmp_path / "model.gguf"
     model.write_bytes(b"GGUF")
     text = tmp_path / "build.md"
     text.write_text("# build\n")
+    return model, text
+
+
+def test_perplexity_and_bench_before_and_after_round_trip_into_the_export(tmp_path: Path) -> None:
+    baseline = fake_tools(tmp_path / "baseline", "13.1108", 290.0, 70.0)
+    patched = fake_tools(tmp_path / "patched", "13.1108", 286.0, 70.7)
+    model, text = inputs(tmp_path)
     result = quality.compare(baseline, patched, model, text, "docs/build.md", threads=2, rounds=2)
-    assert result["perplexity"]["identical"] is True
-    assert result["perplexity"]["baseline"] == {
-        "final": 13.1108,
-        "error": 0.48251,
-        "chunks": [13.4425, 20.0833],
-    }
-    assert [r["test"] for r in result["bench"]["results"]] == ["pp512", "tg128"]
-    assert result["bench"]["results"][0]["ratio"] == pytest.approx(286.0 / 290.0)
-    assert result["bench"]["met"] is False  # pp512 is below 0.99, tg128 above
-    comparison = measured.Comparison.from_json(result)
-    assert comparison.identical
+    ppl = result.perplexity
+    assert ppl.baseline == Perplexity(final=13.1108, error=0.48251, chunks=(13.4425, 20.0833))
+    assert ppl.patched == Perplexity(final=20.0833, error=0.48251, chunks=(13.4425, 20.0833))
+    assert ppl.kl.patched == KlStats(mean=0.000002, mean_error=0.000001, max=0.00012, same_top_percent=100.0)
+    assert ppl.kl.reference == ppl.kl.patched and ppl.kl.met
+    assert ppl.kl.args == ("--kl-divergence", "--kl-divergence-base", "FILE")
+    assert [r.test for r in result.bench] == ["pp512", "tg128"]
+    assert result.bench[0].ratio == pytest.approx(286.0 / 290.0)
+    assert result.bench[0].paired.rounds == pytest.approx((286.0 / 290.0,) * 2)
+    assert not result.met  # pp512 is below 0.99, tg128 above
+    comparison = measured.Comparison.from_json(json.loads(json.dumps(result.to_json())))
+    assert comparison == result
     assert comparison.min_ratio == pytest.approx(286.0 / 290.0)
     assert comparison.perplexity_args == ("-c", "512", "--chunks", "8", "-t", "2")
 
 
-def test_a_different_perplexity_is_reported_as_such(tmp_path: Path) -> None:
-    model = tmp_path / "model.gguf"
-    model.write_bytes(b"GGUF")
-    text = tmp_path / "build.md"
-    text.write_text("# build\n")
+def test_a_patched_build_with_other_logits_misses_the_kl_target(tmp_path: Path) -> None:
+    model, text = inputs(tmp_path)
     result = quality.compare(
         fake_tools(tmp_path / "a", "13.1108", 1.0, 1.0),
-        fake_tools(tmp_path / "b", "13.1109", 1.0, 1.0),
+        fake_tools(tmp_path / "b", "13.1109", 1.0, 1.0, kl=kl_out(0.000301, 0.0123, 99.51)),
         model,
         text,
         "docs/build.md",
         threads=2,
         rounds=1,
     )
-    assert result["perplexity"]["identical"] is False
+    kl = result.kl
+    assert kl.patched.mean == 0.000301 and kl.patched.max == 0.0123 and kl.patched.same_top_percent == 99.51
+    assert not kl.met
+    # the same statistics but a different top token somewhere: missed too
+    assert not dataclasses.replace(kl, reference=kl.patched, patched=kl.patched).met
 
 
-def test_output_without_a_final_estimate_is_an_error() -> None:
+def test_output_without_a_final_estimate_or_statistics_is_an_error() -> None:
     with pytest.raises(BenchError, match="printed no final estimate"):
         quality.perplexity_of("perplexity: tokenizing the input ..\n")
     with pytest.raises(BenchError, match="printed no JSON"):
         quality.bench_of("error: failed to load model\n")
+    # fewer than 100 tokens: upstream prints the chunk table but no statistics
+    table = kl_out(0.0, 0.0, 100.0).split("\n====== Perplexity")[0]
+    with pytest.raises(BenchError, match=r"--kl-divergence printed no statistics \(ppl, mean, max, same_top"):
+        quality.kl_of(table)
 
 
 def test_the_speeds_llama_completion_prints_are_parsed() -> None:

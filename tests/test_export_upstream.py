@@ -255,6 +255,15 @@ def write_report(
     return path
 
 
+KL_STATS = {"mean": 0.000002, "mean_error": 0.000001, "max": 0.00012, "same_top_percent": 100.0}
+
+
+def paired(median: float) -> dict[str, Any]:
+    """A paired-rounds ratio (dgr.contracts.paired) of five rounds with the median `median`."""
+    rounds = [median - 0.02, median - 0.01, median, median + 0.01, median + 0.03]
+    return {"median": median, "low": rounds[0], "high": rounds[-1], "best": median, "rounds": rounds}
+
+
 def bench_data(inputs: str) -> dict[str, Any]:
     rows = [
         {
@@ -283,7 +292,7 @@ def bench_data(inputs: str) -> dict[str, Any]:
     ]
     rows[3]["decode_tps"] = 70.5  # the later start of RPC decodes faster than the ranges
     return {
-        "format": 1,
+        "format": 2,
         "machine": {"date": "2026-12-01T20:00:00Z", "cpu": "Fixture CPU", "cores": 2},
         "quick": False,
         "inputs_digest": inputs,
@@ -296,17 +305,21 @@ def bench_data(inputs: str) -> dict[str, Any]:
                 "args": ["-c", "512", "--chunks", "8", "-t", "2"],
                 "baseline": {"final": 13.1108, "error": 0.48251, "chunks": [13.4425, 13.1108]},
                 "patched": {"final": 13.1108, "error": 0.48251, "chunks": [13.4425, 13.1108]},
-                "identical": True,
+                "kl": {
+                    "base_args": ["--kl-divergence-base", "FILE"],
+                    "args": ["--kl-divergence", "--kl-divergence-base", "FILE"],
+                    "reference": KL_STATS,
+                    "patched": KL_STATS,
+                },
             },
             "bench": {
                 "args": ["-p", "512", "-n", "128", "-r", "3", "-t", "2"],
                 "rounds": 5,
                 "results": [
-                    {"test": "pp512", "baseline_tps": 290.0, "patched_tps": 288.55, "ratio": 0.995},
-                    {"test": "tg128", "baseline_tps": 70.0, "patched_tps": 70.07, "ratio": 1.001},
+                    {"test": "pp512", "baseline_tps": 290.0, "patched_tps": 288.55, "ratio": paired(0.995)},
+                    {"test": "tg128", "baseline_tps": 70.0, "patched_tps": 70.07, "ratio": paired(1.001)},
                 ],
                 "target": 0.99,
-                "met": True,
             },
         },
         "rpc": {
@@ -568,7 +581,10 @@ def test_the_description_is_built_on_upstreams_template(packaged: Path, tmp_path
     assert "the compute graph of every model of the random-model generator of `test-llama-archs`" in graphs
     assert "3 variants compared, 3 equal; 1 that the generator cannot build in either tree." in graphs
     assert "| `gptj/dense` | unknown model architecture: 'gptj' |" in graphs
-    assert "every per-chunk value, as printed: `SmolLM2-135M-Instruct.Q4_1.gguf` identical." in facts
+    assert (
+        "`SmolLM2-135M-Instruct.Q4_1.gguf` mean 0.000002 (master against its own: 0.000002), max 0.000120, "
+        "same top token 100.000 %: the same statistics as master's." in facts
+    )
     assert "| pp512 | 290.00 | 288.55 | 0.995 |" in facts
     assert "git fetch ../PR-1.bundle fixture:fixture" in facts
 
@@ -1265,7 +1281,7 @@ def test_the_other_models_perplexity_and_llama_bench_are_rendered_beside_the_def
     other = json.loads(json.dumps(data["upstream_comparison"]))
     other["model"]["file"] = "gemma-3-270m-q4_k_m.gguf"
     other["perplexity"]["patched"]["chunks"] = [13.4425, 13.1109]
-    other["perplexity"]["identical"] = False
+    other["perplexity"]["kl"]["patched"] = KL_STATS | {"mean": 0.0003, "same_top_percent": 99.5}
     data["models"] = {"gemma3": {"upstream_comparison": other}}
     write_bench(data)
     out = tmp_path / "out"
@@ -1275,7 +1291,5 @@ def test_the_other_models_perplexity_and_llama_bench_are_rendered_beside_the_def
         "| `gemma-3-270m-q4_k_m.gguf` | this branch, no layer range | PPL = 13.1108 +/- 0.48251 | 2 |" in body
     )
     assert "| `gemma-3-270m-q4_k_m.gguf` | pp512 | 290.00 | 288.55 | 0.995 |" in body
-    assert (
-        "as printed: `SmolLM2-135M-Instruct.Q4_1.gguf` identical, `gemma-3-270m-q4_k_m.gguf` DIFFERENT."
-        in body
-    )
+    assert "`gemma-3-270m-q4_k_m.gguf` mean 0.000300 (master against its own: 0.000002)" in body
+    assert "same top token 99.500 %: DIFFERENT." in body

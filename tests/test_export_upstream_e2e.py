@@ -60,6 +60,10 @@ def copy_repository(source: Path, target: Path) -> Path:
     return target
 
 
+KL = {"mean": 0.0, "mean_error": 0.0, "max": 0.0, "same_top_percent": 100.0}
+RATIO = {"median": 1.0, "low": 1.0, "high": 1.0, "best": 1.0, "rounds": [1.0]}
+
+
 def fake_bench(digest: str, text: str, model_sha256: str) -> dict[str, Any]:
     row = {
         "wire_bytes_before_first_token": 1 << 20,
@@ -71,7 +75,7 @@ def fake_bench(digest: str, text: str, model_sha256: str) -> dict[str, Any]:
         "procs": [{"role": "range", "what": "layers [0, 30)", "peak_rss": 100 << 20}],
     }
     return {
-        "format": 1,
+        "format": 2,
         "machine": {"date": "2026-12-01T00:00:00Z", "cpu": "e2e", "cores": 2},
         "quick": True,
         "inputs_digest": digest,
@@ -84,12 +88,17 @@ def fake_bench(digest: str, text: str, model_sha256: str) -> dict[str, Any]:
                 "args": ["-c", "512", "--chunks", "8", "-t", "2"],
                 "baseline": {"final": 13.0, "error": 0.5, "chunks": [13.0]},
                 "patched": {"final": 13.0, "error": 0.5, "chunks": [13.0]},
-                "identical": True,
+                "kl": {
+                    "base_args": ["--kl-divergence-base", "FILE"],
+                    "args": ["--kl-divergence", "--kl-divergence-base", "FILE"],
+                    "reference": KL,
+                    "patched": KL,
+                },
             },
             "bench": {
                 "args": ["-p", "512", "-n", "128", "-r", "3", "-t", "2"],
                 "rounds": 1,
-                "results": [{"test": "pp512", "baseline_tps": 1.0, "patched_tps": 1.0, "ratio": 1.0}],
+                "results": [{"test": "pp512", "baseline_tps": 1.0, "patched_tps": 1.0, "ratio": RATIO}],
                 "target": 0.99,
             },
         },

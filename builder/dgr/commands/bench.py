@@ -1,5 +1,6 @@
 """`dgr bench [--json] [--quick] [--fuzz] [--out DIR]`: runs the measurements of dgr.verify.bench and the
-build timing (dgr.builds.buildtime), writes bench.json and memory.png, prints the report."""
+build timing (dgr.builds.buildtime), writes bench.json, figures.md (the report) and memory.png, prints the
+report."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from dgr.builds import build, buildplan, buildtime
 from dgr.contracts import locks
-from dgr.contracts.bench import BenchModel, BenchResult, MemoryRow, SplitCost
+from dgr.contracts.bench import BENCH_FORMAT, TARGETS, BenchModel, BenchResult, ModelBench
 from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.core import log
 from dgr.core.fs import writable_dir, write_atomic
@@ -60,10 +60,10 @@ def run(args: argparse.Namespace) -> int:
     extra = (
         beside_upstream(ctx, bin_dir / "layer-worker", [model_path, *other_paths], inv.n_layer, args)
         if args.rpc
-        else {}
+        else None
     )
-    others = tuple(
-        dataclasses.replace(
+    others = {
+        lock.name: dataclasses.replace(
             model_bench(
                 bin_dir,
                 lock.name,
@@ -73,12 +73,13 @@ def run(args: argparse.Namespace) -> int:
                 args.ctx,
                 out_dir / f"memory-{lock.name}.png",
             ),
-            upstream_comparison=Comparison.from_json(extra["others"][i]) if extra else None,
+            upstream_comparison=extra.others[i] if extra else None,
         )
         for i, (lock, path) in enumerate(zip(models[1:], other_paths, strict=True))
-    )
+    }
     png = memory.chart(rows, out_dir / "memory.png", model_path.stem, args.ctx)
     result = BenchResult(
+        format=BENCH_FORMAT,
         machine=machine(),
         quick=args.quick,
         inputs_digest=built.manifest.inputs_digest,
@@ -92,24 +93,34 @@ def run(args: argparse.Namespace) -> int:
         fuzz=fuzzed,
         chart=str(png) if png else None,
         models=others,
-        upstream_comparison=Comparison.from_json(extra["upstream_comparison"]) if extra else None,
-        rpc=Rpc.from_json(extra["rpc"]) if extra else None,
+        upstream_comparison=extra.comparison if extra else None,
+        rpc=extra.rpc if extra else None,
     )
     data = (json.dumps(result.to_json(), indent=2) + "\n").encode()
     write_atomic(out_dir / "bench.json", data)
+    write_atomic(out_dir / "figures.md", figures_md(result).encode())
     if args.json:
         sys.stdout.write(data.decode())
     else:
-        print(report_text(result) + upstream_text(extra))
+        print(report_text(result))
     log.info(f"results: {out_dir / 'bench.json'}" + (f", chart: {png}" if png else ""))
     if fuzzed is not None and fuzzed.get("crashes", 0):
         raise BenchError("the fuzzer found a crash", detail=str(fuzzed.get("tail", "")))
     return EXIT_OK
 
 
+@dataclasses.dataclass(frozen=True)
+class BesideUpstream:
+    """What `--rpc` measured: the default model's comparison with upstream, the other models', the RPC run."""
+
+    comparison: Comparison
+    others: tuple[Comparison, ...]
+    rpc: Rpc
+
+
 def beside_upstream(
     ctx: Context, worker: Path, model_paths: list[Path], n_layer: int, args: argparse.Namespace
-) -> dict[str, Any]:
+) -> BesideUpstream:
     """`--rpc`: upstream's tools (`dgr build --tools`, unpatched and patched): perplexity and llama-bench
     before and after (`upstream_comparison` of the default model, the first; `others`, one per other
     model), and the RPC backend beside layer ranges on the default model (`rpc`)."""
@@ -150,51 +161,59 @@ def beside_upstream(
             dirs[0],
             reps=3,
         )
-    return {"upstream_comparison": comparisons[0], "others": comparisons[1:], "rpc": beside}
+    return BesideUpstream(comparison=comparisons[0], others=tuple(comparisons[1:]), rpc=Rpc.from_json(beside))
 
 
-def upstream_text(extra: dict[str, Any]) -> str:
-    """The `--rpc` figures as text ("" without them)."""
-    if not extra:
-        return ""
-    r = extra["rpc"]
+def upstream_lines(r: BenchResult) -> list[str]:
+    """The `--rpc` figures as text lines (none without them)."""
+    if r.rpc is None:
+        return []
     lines = [""]
-    for c in [extra["upstream_comparison"], *extra["others"]]:
-        p = c["perplexity"]
+    for c in (m.upstream_comparison for m in r.all_models().values()):
+        if c is None:
+            continue
+        kl = c.kl
         lines.append(
-            f"{c['model']['file']}: perplexity ({p['text']}) unpatched {p['baseline']['final']:.4f}, patched "
-            f"{p['patched']['final']:.4f}, {'identical' if p['identical'] else 'DIFFERENT'} per chunk; "
-            "llama-bench patched / unpatched: "
-            + ", ".join(f"{b['test']} {b['ratio']:.3f}" for b in c["bench"]["results"])
+            f"{c.model_file}: llama-perplexity ({c.text}) unpatched {c.baseline.final:.4f}, patched "
+            f"{c.patched.final:.4f}; KL divergence of the patched build {kl.patched.mean:.6f} "
+            f"(max {kl.patched.max:.6f}, same top {kl.patched.same_top_percent:.3f} %), of the unpatched "
+            f"against its own logits {kl.reference.mean:.6f} (max {kl.reference.max:.6f}): "
+            f"{'met' if kl.met else 'MISSED'}"
+        )
+        lines.append(
+            f"  llama-bench patched / unpatched, median (min-max, best) of {c.rounds} paired rounds: "
+            + ", ".join(f"{b.test} {b.paired.text()}" for b in c.bench)
+            + f"; target {c.target}: {'met' if c.met else 'MISSED'}"
         )
     lines.append("")
     lines.append(
         "| engine | processes | start | bytes before 1st token | TTFT s | prefill t/s | decode t/s | same |"
     )
     lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for row in r["rows"]:
+    for row in r.rpc.rows:
         lines.append(
-            f"| {row['engine']} | {row['processes']} | {row['start']} | "
-            f"{row['wire_bytes_before_first_token'] / 2**20:.1f} MiB | {row['ttft_s']:.2f} | "
-            f"{row['prefill_tps']:.1f} | {row['decode_tps']:.1f} | {row['same_output']} |"
+            f"| {row.engine} | {row.processes} | {row.start} | "
+            f"{row.wire_bytes_before_first_token / 2**20:.1f} MiB | {row.ttft_s:.2f} | "
+            f"{row.prefill_tps:.1f} | {row.decode_tps:.1f} | {row.same_output} |"
         )
-    return "\n".join(lines)
+    return lines
 
 
-def model_lines(
-    in_process: tuple[SplitCost, ...], workers: tuple[SplitCost, ...], memory: tuple[MemoryRow, ...]
-) -> list[str]:
+def model_lines(m: ModelBench) -> list[str]:
     """The split cost and memory tables of one model."""
-    lines = ["split cost (ratio = split tokens/s / whole tokens/s)"]
+    lines = [
+        "split cost: split tokens/s / whole tokens/s, the median of the paired rounds "
+        "(min-max of the rounds, best-of)"
+    ]
     lines.append("| shards | in-process prefill | in-process decode | workers prefill | workers decode |")
     lines.append("| --- | --- | --- | --- | --- |")
-    for ip, wk in zip(in_process, workers, strict=True):
-        pf = ", ".join(f"{p.tokens}: {p.ratio:.3f}" for p in ip.prefill)
-        wpf = ", ".join(f"{p.tokens}: {p.ratio:.3f}" for p in wk.prefill)
-        lines.append(f"| {ip.shards} | {pf} | {ip.decode.ratio:.3f} | {wpf} | {wk.decode.ratio:.3f} |")
+    for ip, wk in zip(m.in_process, m.workers, strict=True):
+        pf = ", ".join(f"{p.tokens}: {p.ratio.text()}" for p in ip.prefill)
+        wpf = ", ".join(f"{p.tokens}: {p.ratio.text()}" for p in wk.prefill)
+        lines.append(f"| {ip.shards} | {pf} | {ip.decode.ratio.text()} | {wpf} | {wk.decode.ratio.text()} |")
     lines.append("")
     lines.append("worker processes, ms per decoded token (whole | each shard | a request doing no work)")
-    for wk in workers:
+    for wk in m.workers:
         d = wk.decode
         if d.whole_step_ms is not None and d.round_trip_ms is not None:
             shards = " + ".join(f"{ms:.2f}" for ms in d.shard_step_ms)
@@ -203,7 +222,7 @@ def model_lines(
     lines.append("memory per range (mmap off)")
     lines.append("| layers | owned | model bytes | KV bytes | peak RSS | RSS fraction |")
     lines.append("| --- | --- | --- | --- | --- | --- |")
-    for row in memory:
+    for row in m.memory:
         lines.append(
             f"| [{row.layers[0]}, {row.layers[1]}) | {row.owned_fraction:.2f} | "
             f"{row.model_bytes / 2**20:.1f} MiB | {row.kv_bytes / 2**20:.1f} MiB | "
@@ -212,18 +231,29 @@ def model_lines(
     return lines
 
 
+def target_lines(r: BenchResult) -> list[str]:
+    """Every target over every model: the worst median ratio of each model, `met` only when all meet it."""
+    s = r.summary()
+    lines = ["targets (the worst median ratio of each model):"]
+    for target, goal in TARGETS.items():
+        worst = s.worst.get(target, {})
+        each = ", ".join(f"{name} {v:.3f}" for name, v in worst.items()) or "not measured"
+        lines.append(f"- {target} >= {goal}: {'met' if s.met[target] else 'MISSED'} ({each})")
+    return lines
+
+
 def report_text(r: BenchResult) -> str:
     m = r.machine
-    lines = [f"dgr bench {m.date} on {m.cpu} ({m.cores} cores){' (quick)' if r.quick else ''}", ""]
-    lines += model_lines(r.in_process, r.workers, r.memory)
-    for other in r.models:
-        lines += ["", f"## {other.name}: {other.model.file}, {other.model.n_layer} layers", ""]
-        lines += model_lines(other.in_process, other.workers, other.memory)
+    lines = [f"dgr bench {m.date} on {m.cpu} ({m.cores} cores){' (quick)' if r.quick else ''}"]
+    for name, one in r.all_models().items():
+        lines += ["", f"## {name}: {one.model.file}, {one.model.n_layer} layers", ""]
+        lines += model_lines(one)
     cpp, py = r.codec["cpp"], r.codec["python"]
     lines.append("")
     lines.append(
-        f"codec: C++ {cpp.codec_gbps:.2f} GB/s vs memcpy {cpp.memcpy_gbps:.2f} ({cpp.ratio_to_memcpy:.2f}x); "
-        f"Python {py.codec_gbps:.2f} GB/s vs {py.memcpy_gbps:.2f} ({py.ratio_to_memcpy:.2f}x)"
+        f"codec / memcpy: C++ {cpp.ratio_to_memcpy.text()} (best {cpp.codec_gbps:.2f} vs "
+        f"{cpp.memcpy_gbps:.2f} GB/s); Python {py.ratio_to_memcpy.text()} (best {py.codec_gbps:.2f} vs "
+        f"{py.memcpy_gbps:.2f} GB/s)"
     )
     b = {k: v for k, v in r.build.items() if isinstance(v, (int, float))}
     line = f"build: no-op dgr {b['noop_dgr_s']:.2f} s vs ninja {b['noop_ninja_s']:.2f} s"
@@ -243,7 +273,20 @@ def report_text(r: BenchResult) -> str:
             if f.get("ran")
             else f"fuzz: not run ({f.get('reason', '')})"
         )
-    met = r.summary()["met"]
+    lines += upstream_lines(r)
     lines.append("")
-    lines.append("targets: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in met.items()))
+    lines += target_lines(r)
     return "\n".join(lines)
+
+
+def figures_md(r: BenchResult) -> str:
+    """`figures.md` beside bench.json: the report of the result, the one source of the bench figures the
+    docs state (docs/bench/figures.md is the committed one; a test keeps it equal to the committed
+    docs/bench/bench.json's)."""
+    return (
+        "# The figures of the last `dgr bench`\n\n"
+        "Written by `dgr bench` from the `bench.json` beside it (every ratio: the median of paired rounds\n"
+        "in alternating order, the spread min-max of the rounds, and the best-of); not edited by hand.\n\n"
+        + report_text(r)
+        + "\n"
+    )

@@ -7,16 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from dgr.contracts import convert
-from dgr.contracts.convert import mapping
-from dgr.contracts.fields import (
-    Figures,
-    figures_of,
-    typed,
-)
+from dgr.contracts.paired import Paired
 from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.errors import ConfigError
 
-BENCH_FORMAT = 1
+BENCH_FORMAT = 2
+"""2: every ratio is a paired-rounds object (dgr.contracts.paired), the perplexity comparison is
+llama-perplexity's KL divergence mode. A result of another format is refused: rerun `dgr bench`."""
+Figures = Mapping[str, int | float | str | bool]
+"""A flat set of named measurements (build timing, fuzzing): numbers, with a note or a flag here and there."""
 TARGETS: Mapping[str, float] = {
     "in_process_prefill": 0.97,
     "in_process_decode": 0.97,
@@ -37,12 +36,13 @@ class Machine(convert.Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Speed(convert.Record):
-    """Tokens per second of the whole model and of the split, measured interleaved; ratio = split / whole."""
+    """Tokens per second of the whole model and of the split (the fastest round of each), measured in paired
+    rounds; ratio = split / whole of each round (dgr.contracts.paired)."""
 
     tokens: int
     whole_tps: float
     split_tps: float
-    ratio: float
+    ratio: Paired
     same_tokens: bool | None = field(default=None, metadata=convert.OMIT_NONE)
     """Decode only: the split generated the same tokens as the whole model."""
     whole_step_ms: float | None = field(default=None, metadata=convert.OMIT_NONE)
@@ -99,7 +99,9 @@ class CodecSpeed(convert.Record):
     decode_gbps: float | None = field(default=None, metadata=convert.OMIT_NONE)
     codec_gbps: float
     memcpy_gbps: float
-    ratio_to_memcpy: float
+    """The fastest repetition of each."""
+    ratio_to_memcpy: Paired
+    """codec / memcpy GB/s of each repetition (both run in every repetition, in alternating order)."""
     zero_copy_decode: bool
 
 
@@ -113,65 +115,55 @@ class BenchModel(convert.Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelBench:
+class ModelBench(convert.Record):
     """The split cost and the memory table of one more locked model (`models.<name>` of bench.json)."""
 
-    name: str
     model: BenchModel
     hop_bytes_per_token: int
     in_process: tuple[SplitCost, ...]
     workers: tuple[SplitCost, ...]
     memory: tuple[MemoryRow, ...]
     chart: str | None = None
-    upstream_comparison: Comparison | None = None
+    upstream_comparison: Comparison | None = field(default=None, metadata=convert.OMIT_NONE)
     """`--rpc`: perplexity and llama-bench of this model, patched without a range vs upstream."""
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "model": self.model.to_json(),
-            "hop_bytes_per_token": self.hop_bytes_per_token,
-            "in_process": [r.to_json() for r in self.in_process],
-            "workers": [r.to_json() for r in self.workers],
-            "memory": [r.to_json() for r in self.memory],
-            "chart": self.chart,
-        }
-        if self.upstream_comparison is not None:
-            data["upstream_comparison"] = self.upstream_comparison.to_json()
-        return data
-
-    @classmethod
-    def from_json(cls, name: str, data: Any, where: str) -> ModelBench:
-        d = mapping(data, where)
-        chart = d.get("chart")
-        return cls(
-            name=name,
-            model=BenchModel.from_json(d.get("model"), f"{where}.model"),
-            hop_bytes_per_token=typed(d, "hop_bytes_per_token", int, where),
-            in_process=tuple(
-                SplitCost.from_json(r, f"{where}.in_process[{i}]")
-                for i, r in enumerate(typed(d, "in_process", list, where))
-            ),
-            workers=tuple(
-                SplitCost.from_json(r, f"{where}.workers[{i}]")
-                for i, r in enumerate(typed(d, "workers", list, where))
-            ),
-            memory=tuple(
-                MemoryRow.from_json(r, f"{where}.memory[{i}]")
-                for i, r in enumerate(typed(d, "memory", list, where))
-            ),
-            chart=chart if isinstance(chart, str) else None,
-            upstream_comparison=(
-                Comparison.from_json(d["upstream_comparison"], f"{where}.upstream_comparison")
-                if "upstream_comparison" in d
-                else None
-            ),
-        )
+    @property
+    def name(self) -> str:
+        return self.model.name
 
 
 @dataclass(frozen=True, kw_only=True)
-class BenchResult:
-    """`bench.json` of `dgr bench` (keys documented in README.md); the summary is derived, never stored."""
+class Summary:
+    """Per target, the worst ratio (the median of its paired rounds) of every model and whether every model
+    reaches it (`summary` of bench.json: derived from the measurements, never read back)."""
 
+    worst: Mapping[str, Mapping[str, float]]
+    """target -> model name -> its worst median ratio (absent: the model has no such measurement)."""
+    met: Mapping[str, bool]
+    """target -> every model was measured for it and every one reaches it."""
+
+    def to_json(self) -> dict[str, Any]:
+        worst = {k: dict(v) for k, v in self.worst.items()}
+        return {"targets": dict(TARGETS), "worst": worst, "met": dict(self.met)}
+
+
+def _worst(model: ModelBench) -> dict[str, float]:
+    """Target -> the worst median ratio of one model's measurements."""
+    out: dict[str, float] = {}
+    if model.in_process:
+        out["in_process_prefill"] = min(p.ratio.median for r in model.in_process for p in r.prefill)
+        out["in_process_decode"] = min(r.decode.ratio.median for r in model.in_process)
+    if model.workers:
+        out["workers_decode"] = min(r.decode.ratio.median for r in model.workers)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchResult(convert.Record):
+    """`bench.json` of `dgr bench` (keys documented in README.md): the default model's measurements at the
+    top, every other locked model's under `models.<name>`; the summary is derived, never read back."""
+
+    format: int
     machine: Machine
     quick: bool
     inputs_digest: str
@@ -183,103 +175,51 @@ class BenchResult:
     codec: Mapping[str, CodecSpeed]
     """"cpp" (the worker's codec) and "python"."""
     build: Figures
-    fuzz: Figures | None = None
+    fuzz: Figures | None = field(default=None, metadata=convert.OMIT_NONE)
+    models: Mapping[str, ModelBench] = field(default_factory=dict, metadata=convert.OMIT_EMPTY)
+    """The other locked models by name (the keys above are the default model's)."""
     chart: str | None = None
-    models: tuple[ModelBench, ...] = ()
-    """The other locked models (the keys above are the default model's): `models.<name>` in bench.json."""
-    upstream_comparison: Comparison | None = None
-    rpc: Rpc | None = None
+    upstream_comparison: Comparison | None = field(default=None, metadata=convert.OMIT_NONE)
+    rpc: Rpc | None = field(default=None, metadata=convert.OMIT_NONE)
     """`--rpc`: the comparisons with upstream (both or neither)."""
-    format: int = BENCH_FORMAT
 
-    def summary(self) -> dict[str, Any]:
-        """The worst ratio of each kind, the targets, and whether each is met."""
-        s: dict[str, Any] = {}
-        if self.in_process:
-            s["in_process_prefill_min_ratio"] = min(p.ratio for r in self.in_process for p in r.prefill)
-            s["in_process_decode_min_ratio"] = min(r.decode.ratio for r in self.in_process)
-        if self.workers:
-            s["workers_prefill_min_ratio"] = min(p.ratio for r in self.workers for p in r.prefill)
-            s["workers_decode_min_ratio"] = min(r.decode.ratio for r in self.workers)
+    def all_models(self) -> dict[str, ModelBench]:
+        """Every model by name, the default first, each with its split cost, memory and comparison."""
+        default = ModelBench(
+            model=self.model,
+            hop_bytes_per_token=self.hop_bytes_per_token,
+            in_process=self.in_process,
+            workers=self.workers,
+            memory=self.memory,
+            chart=self.chart,
+            upstream_comparison=self.upstream_comparison,
+        )
+        return {self.model.name or self.model.file: default, **self.models}
+
+    def summary(self) -> Summary:
+        """Every target over every model: the worst ratio of each, met only when every model meets it."""
+        per_model = {name: _worst(m) for name, m in self.all_models().items()}
+        worst = {t: {n: w[t] for n, w in per_model.items() if t in w} for t in TARGETS if t != "codec"}
         if "cpp" in self.codec:
-            s["codec_ratio_to_memcpy"] = self.codec["cpp"].ratio_to_memcpy
-        s["targets"] = dict(TARGETS)
-        s["met"] = {
-            "in_process_prefill": s.get("in_process_prefill_min_ratio", 0) >= TARGETS["in_process_prefill"],
-            "in_process_decode": s.get("in_process_decode_min_ratio", 0) >= TARGETS["in_process_decode"],
-            "workers_decode": s.get("workers_decode_min_ratio", 0) >= TARGETS["workers_decode"],
-            "codec": s.get("codec_ratio_to_memcpy", 0) >= TARGETS["codec"],
+            worst["codec"] = {"cpp": self.codec["cpp"].ratio_to_memcpy.median}
+        met = {
+            t: bool(worst.get(t))
+            and (t == "codec" or len(worst[t]) == len(per_model))
+            and all(v >= TARGETS[t] for v in worst[t].values())
+            for t in TARGETS
         }
-        return s
+        return Summary(worst=worst, met=met)
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "format": self.format,
-            "machine": self.machine.to_json(),
-            "quick": self.quick,
-            "inputs_digest": self.inputs_digest,
-            "model": self.model.to_json(),
-            "hop_bytes_per_token": self.hop_bytes_per_token,
-            "in_process": [r.to_json() for r in self.in_process],
-            "workers": [r.to_json() for r in self.workers],
-            "memory": [r.to_json() for r in self.memory],
-            "codec": {k: v.to_json() for k, v in self.codec.items()},
-            "build": dict(self.build),
-        }
-        if self.fuzz is not None:
-            data["fuzz"] = dict(self.fuzz)
-        if self.models:
-            data["models"] = {m.name: m.to_json() for m in self.models}
-        data |= {"summary": self.summary(), "chart": self.chart}
-        if self.upstream_comparison is not None:
-            data["upstream_comparison"] = self.upstream_comparison.to_json()
-        if self.rpc is not None:
-            data["rpc"] = self.rpc.to_json()
-        return data
+        return convert.to_json(self) | {"summary": self.summary().to_json()}
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "bench result") -> BenchResult:
-        d = mapping(data, where)
-        fmt = typed(d, "format", int, where)
+    def from_json(cls, data: Any, where: str = "bench result") -> Self:
+        fmt = convert.mapping(data, where).get("format")
         if fmt != BENCH_FORMAT:
-            raise ConfigError(f"{where}: format {fmt} is not {BENCH_FORMAT}; run `dgr bench` again")
-
-        def rows(key: str) -> list[Any]:
-            value: list[Any] = typed(d, key, list, where)
-            return value
-
-        chart = d.get("chart")
-        return cls(
-            machine=Machine.from_json(d.get("machine"), f"{where}.machine"),
-            quick=typed(d, "quick", bool, where),
-            inputs_digest=typed(d, "inputs_digest", str, where),
-            model=BenchModel.from_json(d.get("model"), f"{where}.model"),
-            hop_bytes_per_token=typed(d, "hop_bytes_per_token", int, where),
-            in_process=tuple(
-                SplitCost.from_json(r, f"{where}.in_process[{i}]") for i, r in enumerate(rows("in_process"))
-            ),
-            workers=tuple(
-                SplitCost.from_json(r, f"{where}.workers[{i}]") for i, r in enumerate(rows("workers"))
-            ),
-            memory=tuple(
-                MemoryRow.from_json(r, f"{where}.memory[{i}]") for i, r in enumerate(rows("memory"))
-            ),
-            codec={
-                k: CodecSpeed.from_json(v, f"{where}.codec.{k}")
-                for k, v in mapping(d.get("codec"), f"{where}.codec").items()
-            },
-            build=figures_of(d.get("build", {}), f"{where}.build"),
-            fuzz=figures_of(d["fuzz"], f"{where}.fuzz") if "fuzz" in d else None,
-            chart=chart if isinstance(chart, str) else None,
-            models=tuple(
-                ModelBench.from_json(name, m, f"{where}.models.{name}")
-                for name, m in mapping(d.get("models", {}), f"{where}.models").items()
-            ),
-            upstream_comparison=(
-                Comparison.from_json(d["upstream_comparison"], f"{where}.upstream_comparison")
-                if "upstream_comparison" in d
-                else None
-            ),
-            rpc=Rpc.from_json(d["rpc"], f"{where}.rpc") if "rpc" in d else None,
-            format=fmt,
-        )
+            newer = isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > BENCH_FORMAT
+            made = "a newer dgr" if newer else "an older dgr (best-of ratios, perplexity compared as text)"
+            raise ConfigError(
+                f"{where}: format {fmt} is not {BENCH_FORMAT}: made by {made}; rerun `dgr bench`"
+            )
+        return convert.from_json(cls, data, where)

@@ -3,7 +3,8 @@
 `to_json(record)` writes the fields in their order (a nested record as an object, a tuple as a list, a
 mapping as an object); `from_json(Kind, data, where)` reads them back, checking every value against the
 field's type: `str`, `int` (not a flag), `float` (an int is taken), `bool`, a `Literal`, `X | None`, a
-nested record, `tuple[X, ...]`, `Mapping[str, X]`, `Any`. A field with a default may be missing. What is
+union of scalars (the first that reads the value), a nested record (a `Record` by its own `from_json`),
+`tuple[X, ...]`, `Mapping[str, X]`, `Any`. A field with a default may be missing. What is
 wrong is a ConfigError naming where (`report.checks[3]: `passed` is str, expected <class 'bool'>`).
 
 A field's metadata can rename its key (`key`: "no-model", not a Python name) and leave it out when it is
@@ -68,13 +69,19 @@ def _value(value: Any) -> Any:
 
 
 class Record:
-    """A record read and written by this module: `to_json()`, and `Kind.from_json(data, where)`."""
+    """A record read and written by this module: `to_json()`, and `Kind.from_json(data, where)`, which also
+    refuses an empty value of each key of `NON_EMPTY` (a list of rows that means nothing without one)."""
+
+    NON_EMPTY: typing.ClassVar[tuple[str, ...]] = ()
 
     def to_json(self) -> dict[str, Any]:
         return to_json(self)
 
     @classmethod
     def from_json(cls, data: Any, where: str = "record") -> Self:
+        for key in cls.NON_EMPTY:
+            if not mapping(data, where).get(key):
+                raise ConfigError(f"{where}: `{key}` is empty")
         return from_json(cls, data, where)
 
 
@@ -117,15 +124,27 @@ def _read(hint: Any, value: Any, where: str, key: str) -> Any:
     if _is_union(hint):
         if value is None and type(None) in get_args(hint):
             return None
-        (inner,) = [a for a in get_args(hint) if a is not type(None)]
-        return _read(inner, value, where, key)
+        inner = [a for a in get_args(hint) if a is not type(None)]
+        if len(inner) == 1:
+            return _read(inner[0], value, where, key)
+        # a union of scalars (`int | float | str | bool`): the first that reads it
+        for alternative in inner:
+            try:
+                return _read(alternative, value, where, key)
+            except ConfigError:
+                continue
+        names = " | ".join(getattr(a, "__name__", str(a)) for a in inner)
+        raise ConfigError(f"{where}: `{key}` is {type(value).__name__}, expected {names}")
     if origin is Literal:
         if value not in get_args(hint):
             choices = ", ".join(map(str, get_args(hint)))
             raise ConfigError(f"{_path(where, key)}: {value!r} is not one of {choices}")
         return value
     if dataclasses.is_dataclass(hint):
-        return from_json(typing.cast(type, hint), value, _path(where, key))
+        kind = typing.cast(type, hint)
+        if issubclass(kind, Record):  # its own reading (a check of its own beside the fields')
+            return kind.from_json(value, _path(where, key))
+        return from_json(kind, value, _path(where, key))
     if origin is tuple:
         items = scalar(list, value, where, key)
         inner = get_args(hint)[0]

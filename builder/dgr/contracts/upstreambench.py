@@ -1,34 +1,80 @@
 """The bench's comparisons with upstream: perplexity and llama-bench before and after the series
-(`upstream_comparison`), the RPC backend beside layer ranges (`rpc`)."""
+(`upstream_comparison`), the RPC backend beside layer ranges (`rpc`). Read and written by
+dgr.contracts.convert; the properties give the flat names the export's templates use."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Self
+from dataclasses import dataclass, field
 
 from dgr.contracts import convert
-from dgr.contracts.convert import mapping
-from dgr.contracts.fields import (
-    number,
-    strings,
-    typed,
-)
-from dgr.errors import ConfigError
+from dgr.contracts.paired import Paired
+
+KL_SAME_TOP_TARGET = 100.0
+"""Percent of the tokens whose most probable next token is the baseline's."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Perplexity(convert.Record):
     """What llama-perplexity printed: the final estimate, its error and the value after every chunk."""
 
+    NON_EMPTY = ("chunks",)
+
     final: float
     error: float
     chunks: tuple[float, ...]
 
-    @classmethod
-    def from_json(cls, data: Any, where: str = "perplexity") -> Self:
-        if not convert.mapping(data, where).get("chunks"):
-            raise ConfigError(f"{where}: `chunks` must be a non-empty list of numbers")
-        return convert.from_json(cls, data, where)
+
+@dataclass(frozen=True, kw_only=True)
+class KlStats(convert.Record):
+    """llama-perplexity `--kl-divergence` against the baseline's `--kl-divergence-base` file: its printed
+    "KL divergence statistics" (`Mean KLD` ± error, `Maximum KLD`) and `Same top p` (percent)."""
+
+    mean: float
+    mean_error: float
+    max: float
+    same_top_percent: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class KlDivergence(convert.Record):
+    """The patched build against the baseline's logits (`patched`), beside the baseline against its own
+    (`reference`): the base file holds 16-bit log-probabilities, so even the same logits print a KL
+    divergence of that rounding, never exactly 0. Met: the patched statistics are the reference's, as
+    printed (6 decimals), and the same top token everywhere."""
+
+    base_args: tuple[str, ...]
+    """The arguments of the baseline's run that wrote the base file (`--kl-divergence-base FILE`)."""
+    args: tuple[str, ...]
+    """The arguments of the comparing runs (`--kl-divergence --kl-divergence-base FILE`)."""
+    reference: KlStats
+    patched: KlStats
+
+    @property
+    def met(self) -> bool:
+        return self.patched == self.reference and self.patched.same_top_percent >= KL_SAME_TOP_TARGET
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelFile(convert.Record):
+    """The model a comparison ran (`model` of `upstream_comparison`: with its SHA-256; of `rpc`: with its
+    layer count)."""
+
+    file: str
+    sha256: str | None = field(default=None, metadata=convert.OMIT_NONE)
+    n_layer: int | None = field(default=None, metadata=convert.OMIT_NONE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PerplexityComparison(convert.Record):
+    text: str
+    """The text file of upstream's tree that llama-perplexity read."""
+    text_sha256: str
+    args: tuple[str, ...]
+    baseline: Perplexity
+    """The baseline's run that wrote the base file (its final estimate and chunks)."""
+    patched: Perplexity
+    """The patched run against the base file (`Mean PPL(Q)` and the PPL column of its chunk table)."""
+    kl: KlDivergence
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,29 +83,53 @@ class BenchRow(convert.Record):
     """llama-bench's name of the test: pp512, tg128."""
     baseline_tps: float
     patched_tps: float
-    ratio: float
+    """The fastest round of each side."""
+    paired: Paired = field(metadata=convert.keyed("ratio"))
+    """patched / baseline tokens/s of each round (`ratio` in bench.json)."""
+
+    @property
+    def ratio(self) -> float:
+        """The figure: the median of the per-round ratios."""
+        return self.paired.median
 
 
 @dataclass(frozen=True, kw_only=True)
-class Comparison:
+class LlamaBench(convert.Record):
+    args: tuple[str, ...]
+    rounds: int
+    """Paired rounds, in alternating order (even rounds the baseline first, odd rounds the patched)."""
+    results: tuple[BenchRow, ...]
+    target: float
+    """The median ratio every test should reach."""
+
+    NON_EMPTY = ("results",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison(convert.Record):
     """`upstream_comparison` (`dgr bench --rpc`): llama-perplexity and llama-bench, unpatched (baseline) and
     patched without a range, the same model and text."""
 
-    model_file: str
-    model_sha256: str
+    model: ModelFile
     threads: int
-    text: str
-    """The text file of upstream's tree that llama-perplexity read."""
-    text_sha256: str
-    perplexity_args: tuple[str, ...]
-    baseline: Perplexity
-    patched: Perplexity
-    identical: bool
-    """The final estimate and every chunk, as llama-perplexity printed them, are the same."""
-    bench_args: tuple[str, ...]
-    rounds: int
-    bench: tuple[BenchRow, ...]
-    target: float
+    perplexity: PerplexityComparison
+    llama_bench: LlamaBench = field(metadata=convert.keyed("bench"))
+
+    model_file = property(lambda self: self.model.file)
+    model_sha256 = property(lambda self: self.model.sha256)
+    text = property(lambda self: self.perplexity.text)
+    text_sha256 = property(lambda self: self.perplexity.text_sha256)
+    perplexity_args = property(lambda self: self.perplexity.args)
+    baseline = property(lambda self: self.perplexity.baseline)
+    patched = property(lambda self: self.perplexity.patched)
+    kl = property(lambda self: self.perplexity.kl)
+    bench_args = property(lambda self: self.llama_bench.args)
+    rounds = property(lambda self: self.llama_bench.rounds)
+    target = property(lambda self: self.llama_bench.target)
+
+    @property
+    def bench(self) -> tuple[BenchRow, ...]:
+        return self.llama_bench.results
 
     @property
     def min_ratio(self) -> float:
@@ -67,53 +137,8 @@ class Comparison:
 
     @property
     def met(self) -> bool:
-        return all(r.ratio >= self.target for r in self.bench)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "model": {"file": self.model_file, "sha256": self.model_sha256},
-            "threads": self.threads,
-            "perplexity": {
-                "text": self.text,
-                "text_sha256": self.text_sha256,
-                "args": list(self.perplexity_args),
-                "baseline": self.baseline.to_json(),
-                "patched": self.patched.to_json(),
-                "identical": self.identical,
-            },
-            "bench": {
-                "args": list(self.bench_args),
-                "rounds": self.rounds,
-                "results": [r.to_json() for r in self.bench],
-                "target": self.target,
-                "met": self.met,
-            },
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, where: str = "upstream_comparison") -> Comparison:
-        d = mapping(data, where)
-        model = mapping(d.get("model"), f"{where}.model")
-        ppl = mapping(d.get("perplexity"), f"{where}.perplexity")
-        bench = mapping(d.get("bench"), f"{where}.bench")
-        rows = typed(bench, "results", list, f"{where}.bench")
-        if not rows:
-            raise ConfigError(f"{where}.bench: `results` is empty")
-        return cls(
-            model_file=typed(model, "file", str, f"{where}.model"),
-            model_sha256=typed(model, "sha256", str, f"{where}.model"),
-            threads=typed(d, "threads", int, where),
-            text=typed(ppl, "text", str, f"{where}.perplexity"),
-            text_sha256=typed(ppl, "text_sha256", str, f"{where}.perplexity"),
-            perplexity_args=strings(ppl, "args", f"{where}.perplexity"),
-            baseline=Perplexity.from_json(ppl.get("baseline"), f"{where}.perplexity.baseline"),
-            patched=Perplexity.from_json(ppl.get("patched"), f"{where}.perplexity.patched"),
-            identical=typed(ppl, "identical", bool, f"{where}.perplexity"),
-            bench_args=strings(bench, "args", f"{where}.bench"),
-            rounds=typed(bench, "rounds", int, f"{where}.bench"),
-            bench=tuple(BenchRow.from_json(r, f"{where}.bench.results[{i}]") for i, r in enumerate(rows)),
-            target=number(bench, "target", f"{where}.bench"),
-        )
+        """Every llama-bench test's median ratio reaches the target."""
+        return all(r.ratio >= self.llama_bench.target for r in self.bench)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,57 +176,25 @@ class RpcRow(convert.Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Rpc:
+class Rpc(convert.Record):
     """`rpc` (`dgr bench --rpc`): the whole model through upstream's RPC backend (local `ggml-rpc-server`
     processes) beside a chain of processes that each load one range of layers."""
 
-    model_file: str
-    n_layer: int
+    model: ModelFile
     threads: int
+    prompt: str | None = field(default=None, metadata=convert.OMIT_NONE)
     prompt_tokens: int
     decode_tokens: int
-    wire_method: str
     head_args: tuple[str, ...]
     """The arguments of the RPC head, for the most servers (the model by its file name)."""
     server_args: tuple[str, ...]
-    rows: tuple[RpcRow, ...]
-    prompt: str | None = None
-    reps: int | None = None
-    reference_output: str | None = None
+    wire_method: str
+    reps: int | None = field(default=None, metadata=convert.OMIT_NONE)
+    reference_output: str | None = field(default=None, metadata=convert.OMIT_NONE)
     """The unsplit model's greedy output, which every row is compared with (`same_output`)."""
+    rows: tuple[RpcRow, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "model": {"file": self.model_file, "n_layer": self.n_layer},
-            "threads": self.threads,
-            "prompt_tokens": self.prompt_tokens,
-            "decode_tokens": self.decode_tokens,
-            "head_args": list(self.head_args),
-            "server_args": list(self.server_args),
-            "wire_method": self.wire_method,
-            "rows": [r.to_json() for r in self.rows],
-        }
-        optional = {"prompt": self.prompt, "reps": self.reps, "reference_output": self.reference_output}
-        return data | {k: v for k, v in optional.items() if v is not None}
+    NON_EMPTY = ("rows",)
 
-    @classmethod
-    def from_json(cls, data: Any, where: str = "rpc") -> Rpc:
-        d = mapping(data, where)
-        rows = typed(d, "rows", list, where)
-        if not rows:
-            raise ConfigError(f"{where}: `rows` is empty")
-        model = mapping(d.get("model"), f"{where}.model")
-        return cls(
-            model_file=typed(model, "file", str, f"{where}.model"),
-            n_layer=typed(model, "n_layer", int, f"{where}.model"),
-            threads=typed(d, "threads", int, where),
-            prompt_tokens=typed(d, "prompt_tokens", int, where),
-            decode_tokens=typed(d, "decode_tokens", int, where),
-            wire_method=typed(d, "wire_method", str, where),
-            head_args=strings(d, "head_args", where),
-            server_args=strings(d, "server_args", where),
-            rows=tuple(RpcRow.from_json(r, f"{where}.rows[{i}]") for i, r in enumerate(rows)),
-            prompt=typed(d, "prompt", str, where) if "prompt" in d else None,
-            reps=typed(d, "reps", int, where) if "reps" in d else None,
-            reference_output=typed(d, "reference_output", str, where) if "reference_output" in d else None,
-        )
+    model_file = property(lambda self: self.model.file)
+    n_layer = property(lambda self: self.model.n_layer)

@@ -10,8 +10,10 @@
   patch, each beside a plain cmake + ninja build of the same targets (skipped by --quick);
 - fuzz (--fuzz): the worker's decoders under libFuzzer for at least 1,000,000 executions.
 
-Every ratio is taken from measurements interleaved in the same run (whole, split, whole, split, ...), best of
-the repetitions, so a noisy machine affects both sides alike. The JSON keys are documented in README.md.
+Every ratio is taken from paired rounds in the same run, in alternating order (round i: whole then split
+for even i, split then whole for odd i; dgr.verify.bench.paired): the median of the per-round ratios, their
+spread (min-max) and the best-of, so a noisy machine affects both sides alike. The JSON keys are documented
+in README.md.
 """
 
 from __future__ import annotations
@@ -61,7 +63,6 @@ def model_bench(
         rows = memory.measure(worker, model_path, inv, quick, ctx)
     png = memory.chart(rows, chart, model_path.stem, ctx)
     return ModelBench(
-        name=name,
         model=BenchModel(file=model_path.name, n_layer=inv.n_layer, bytes=inv.n_bytes, name=name),
         hop_bytes_per_token=inv.n_embd * 4,
         in_process=in_process,

@@ -1,4 +1,5 @@
-"""The bundle codec against memcpy of the same bytes: the worker's C++ codec and the Python one."""
+"""The bundle codec against memcpy of the same bytes: the worker's C++ codec and the Python one, in paired
+repetitions in alternating order (dgr.verify.bench.paired)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from dgr.contracts.bench import CodecSpeed
+from dgr.errors import BenchError
+from dgr.verify.bench import paired
 from dgr.verify.bench.split import run_json
 from dgr.verify.wire import bundle
 
@@ -29,24 +32,40 @@ def measure(bin_dir: Path, quick: bool) -> dict[str, CodecSpeed]:
         "pos": "0",
         "n_tokens": "512",
     }
-    best_codec = best_copy = float("inf")
     sink = np.empty_like(residual)
-    for _ in range(reps):
+
+    def hop(_: int) -> float:
         t0 = time.perf_counter()
         data = bundle.encode(meta, {"residual": ("F32", residual)})
         np.copyto(sink, bundle.decode(data).tensor("residual"))
-        t1 = time.perf_counter()
+        return time.perf_counter() - t0
+
+    def copy_twice(_: int) -> float:
+        t0 = time.perf_counter()
         staged = residual.copy()
         np.copyto(sink, staged)
-        t2 = time.perf_counter()
-        best_codec, best_copy = min(best_codec, t1 - t0), min(best_copy, t2 - t1)
-    gb = residual.nbytes / 1e9
-    py = CodecSpeed(
-        bytes=residual.nbytes,
+        return time.perf_counter() - t0
+
+    py = speed(residual.nbytes, reps, paired.alternate(reps, copy_twice, hop))
+    try:
+        cpp_rounds = list(zip(cpp["memcpy_s"], cpp["codec_s"], strict=True))
+        extra = {"encode_gbps": float(cpp["encode_gbps"]), "decode_gbps": float(cpp["decode_gbps"])}
+        cpp_speed = speed(int(cpp["bytes"]), int(cpp["reps"]), cpp_rounds, **extra)
+    except (KeyError, TypeError, ValueError) as exc:
+        what = f"layer-bench codec printed no seconds per repetition ({exc})"
+        raise BenchError(what, detail=str(cpp)) from exc
+    return {"cpp": cpp_speed, "python": py}
+
+
+def speed(nbytes: int, reps: int, seconds: list[tuple[float, float]], **extra: float) -> CodecSpeed:
+    """The codec against memcpy of `nbytes` from the seconds of each repetition (memcpy's, the codec's)."""
+    memcpy_gbps, codec_gbps, ratio = paired.of_seconds(nbytes / 1e9, seconds)
+    return CodecSpeed(
+        bytes=nbytes,
         reps=reps,
-        codec_gbps=gb / best_codec,
-        memcpy_gbps=gb / best_copy,
-        ratio_to_memcpy=best_copy / best_codec,
+        codec_gbps=codec_gbps,
+        memcpy_gbps=memcpy_gbps,
+        ratio_to_memcpy=ratio,
         zero_copy_decode=True,
+        **extra,
     )
-    return {"cpp": CodecSpeed.from_json(cpp, "layer-bench codec"), "python": py}

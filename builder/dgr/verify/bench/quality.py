@@ -2,10 +2,15 @@
 perplexity and the speed of the unpatched and the patched upstream, no layer range set, with upstream's
 tools (`llama-perplexity`, `llama-bench`) on the same model and text, side by side in one run.
 
-- perplexity: the final estimate and every per-chunk value as printed must be identical (a patched build
-  without a range computes the same graph);
-- llama-bench: prompt processing and generation tokens/s, the two builds run in turn (unpatched, patched,
-  unpatched, ...) for a number of rounds, the best round of each side, ratio = patched / unpatched.
+- perplexity, in upstream's comparison mode: the unpatched build writes its logits
+  (`llama-perplexity --kl-divergence-base FILE`), then both builds compare theirs with them
+  (`--kl-divergence --kl-divergence-base FILE`): the KL divergence and "Same top p" it prints. The file
+  holds 16-bit log-probabilities, so the unpatched build against its own file prints the rounding of
+  that storage (a small KL divergence, not 0): met when the patched build prints the same statistics
+  (a patched build without a range computes the same logits) and the same top token everywhere;
+- llama-bench: prompt processing and generation tokens/s, paired rounds in alternating order (round i:
+  unpatched then patched for even i, patched then unpatched for odd i; dgr.verify.bench.paired): the
+  median of the per-round ratios patched / unpatched, their spread and the best-of.
 
 The result is the `upstream_comparison` key of bench.json (read back by dgr.export.measured).
 """
@@ -16,17 +21,38 @@ import functools
 import hashlib
 import json
 import re
+import tempfile
 from pathlib import Path
-from typing import Any
 
+from dgr.contracts.paired import Paired
+from dgr.contracts.upstreambench import (
+    BenchRow,
+    Comparison,
+    KlDivergence,
+    KlStats,
+    LlamaBench,
+    ModelFile,
+    Perplexity,
+    PerplexityComparison,
+)
 from dgr.core import log, proc
 from dgr.errors import BenchError
+from dgr.verify.bench import paired
 
 PERPLEXITY_ARGS = ("-c", "512", "--chunks", "8")
 BENCH_ARGS = ("-p", "512", "-n", "128", "-r", "3")
 BENCH_TARGET = 0.99
 _CHUNK = re.compile(r"\[(\d+)\](\d+(?:\.\d+)?)")
 _FINAL = re.compile(r"Final estimate: PPL = (\d+(?:\.\d+)?) \+/- (\d+(?:\.\d+)?)")
+_NUM = r"(-?\d+(?:\.\d+)?)"
+_KL_STATS = {
+    "ppl": re.compile(rf"Mean PPL\(Q\)\s*:\s*{_NUM}\s*±\s*{_NUM}"),
+    "mean": re.compile(rf"Mean\s+KLD:\s*{_NUM}\s*±\s*{_NUM}"),
+    "max": re.compile(rf"Maximum KLD:\s*{_NUM}"),
+    "same_top": re.compile(rf"Same top p:\s*{_NUM}\s*±\s*{_NUM}\s*%"),
+}
+_KL_CHUNK = re.compile(rf"^\s*(\d+)\s+{_NUM}\s*±\s*{_NUM}\s", re.MULTILINE)
+"""A row of the chunk table of `--kl-divergence`: the chunk and the PPL so far (then ln ratio, KLD, ...)."""
 
 
 @functools.cache
@@ -47,20 +73,43 @@ def tool_env(bin_dir: Path, tool: str, build_dir: Path | None) -> dict[str, str]
     raise BenchError(f"{bin_dir} lacks {impl}, which {tool} needs", hint="rebuild with `dgr build --tools`")
 
 
-def perplexity_of(output: str) -> dict[str, Any]:
-    """The per-chunk values and the final estimate llama-perplexity printed, as numbers and as text."""
+def perplexity_of(output: str) -> Perplexity:
+    """The per-chunk values and the final estimate llama-perplexity printed."""
     final = _FINAL.search(output)
     lines = [line for line in output.splitlines() if re.match(r"\s*\[\d+\]\d", line)]
     chunks = _CHUNK.findall(lines[-1]) if lines else []
     if final is None or not chunks:
         what = "no final estimate" if final is None else "no per-chunk values"
         raise BenchError(f"llama-perplexity printed {what}", detail=output[-2000:])
-    return {
-        "final": float(final.group(1)),
-        "error": float(final.group(2)),
-        "chunks": [float(v) for _, v in chunks],
-        "printed": [final.group(0), *(f"[{n}]{v}" for n, v in chunks)],
-    }
+    return Perplexity(
+        final=float(final.group(1)), error=float(final.group(2)), chunks=tuple(float(v) for _, v in chunks)
+    )
+
+
+def kl_of(output: str) -> tuple[KlStats, Perplexity]:
+    """What `llama-perplexity --kl-divergence` printed: its KL divergence statistics (the mean and its error,
+    the maximum, "Same top p" in percent) and its perplexity (`Mean PPL(Q)`, the PPL column per chunk)."""
+    found = {key: pattern.search(output) for key, pattern in _KL_STATS.items()}
+    chunks = _KL_CHUNK.findall(output)
+
+    def value(key: str, group: int = 1) -> float:
+        match = found[key]
+        if match is None or not chunks:
+            what = ", ".join(k for k, m in found.items() if m is None) or "no chunk table"
+            raise BenchError(
+                f"llama-perplexity --kl-divergence printed no statistics ({what}; it prints them from 100 "
+                "tokens on)",
+                detail=output[-2000:],
+            )
+        return float(match.group(group))
+
+    stats = KlStats(
+        mean=value("mean"), mean_error=value("mean", 2), max=value("max"), same_top_percent=value("same_top")
+    )
+    perplexity = Perplexity(
+        final=value("ppl"), error=value("ppl", 2), chunks=tuple(float(c[1]) for c in chunks)
+    )
+    return stats, perplexity
 
 
 def _run(cmd: list[str | Path], env: dict[str, str], what: str) -> str:
@@ -91,56 +140,61 @@ def compare(
     threads: int,
     rounds: int,
     build_dirs: tuple[Path | None, Path | None] = (None, None),
-) -> dict[str, Any]:
-    """Perplexity (each build once: it is deterministic) and llama-bench (`rounds` interleaved rounds)."""
+) -> Comparison:
+    """Perplexity in upstream's KL divergence mode (each run once: it is deterministic) and llama-bench
+    (`rounds` paired rounds in alternating order, the baseline first in even rounds)."""
     sides = {"baseline": baseline_bin, "patched": patched_bin}
     dirs = dict(zip(sides, build_dirs, strict=True))
     threads_args = ("-t", str(threads))
-    ppl: dict[str, dict[str, Any]] = {}
-    for side, bin_dir in sides.items():
-        env = tool_env(bin_dir, "llama-perplexity", dirs[side])
-        out = _run(
-            [bin_dir / "llama-perplexity", "-m", model, "-f", text, *PERPLEXITY_ARGS, *threads_args],
-            env,
-            f"llama-perplexity ({side}) failed",
-        )
-        ppl[side] = perplexity_of(out)
-    best: dict[str, dict[str, float]] = {side: {} for side in sides}
-    for _ in range(rounds):
-        for side, bin_dir in sides.items():
-            env = tool_env(bin_dir, "llama-bench", dirs[side])
-            out = _run(
-                [bin_dir / "llama-bench", "-m", model, *BENCH_ARGS, *threads_args, "-o", "json"],
-                env,
-                f"llama-bench ({side}) failed",
+    common = ("-m", str(model), "-f", str(text), *PERPLEXITY_ARGS, *threads_args)
+
+    def perplexity(side: str, *extra: str) -> str:
+        env = tool_env(sides[side], "llama-perplexity", dirs[side])
+        cmd: list[str | Path] = [sides[side] / "llama-perplexity", *common, *extra]
+        return _run(cmd, env, f"llama-perplexity ({side}) failed")
+
+    with tempfile.TemporaryDirectory(prefix="dgr-kld-") as tmp:
+        base = Path(tmp) / "baseline.kld"
+        baseline_ppl = perplexity_of(perplexity("baseline", "--kl-divergence-base", str(base)))
+        compare_args = ("--kl-divergence", "--kl-divergence-base", str(base))
+        reference, _ = kl_of(perplexity("baseline", *compare_args))
+        patched_kl, patched_ppl = kl_of(perplexity("patched", *compare_args))
+
+    def bench(side: str) -> dict[str, float]:
+        env = tool_env(sides[side], "llama-bench", dirs[side])
+        cmd: list[str | Path] = [sides[side] / "llama-bench", "-m", model, *BENCH_ARGS, *threads_args]
+        return bench_of(_run([*cmd, "-o", "json"], env, f"llama-bench ({side}) failed"))
+
+    runs = paired.alternate(rounds, lambda _: bench("baseline"), lambda _: bench("patched"))
+    results = []
+    for test in runs[0][0]:
+        pairs = [(b[test], p.get(test, 0.0)) for b, p in runs]
+        results.append(
+            BenchRow(
+                test=test,
+                baseline_tps=max(a for a, _ in pairs),
+                patched_tps=max(b for _, b in pairs),
+                paired=Paired.of(pairs),
             )
-            for test, tps in bench_of(out).items():
-                best[side][test] = max(best[side].get(test, 0.0), tps)
-    results: list[dict[str, Any]] = [
-        {
-            "test": test,
-            "baseline_tps": best["baseline"][test],
-            "patched_tps": best["patched"].get(test, 0.0),
-            "ratio": best["patched"].get(test, 0.0) / best["baseline"][test],
-        }
-        for test in best["baseline"]
-    ]
-    return {
-        "model": {"file": model.name, "sha256": hashlib.sha256(model.read_bytes()).hexdigest()},
-        "threads": threads,
-        "perplexity": {
-            "text": text_name,
-            "text_sha256": hashlib.sha256(text.read_bytes()).hexdigest(),
-            "args": [*PERPLEXITY_ARGS, *threads_args],
-            "baseline": {k: ppl["baseline"][k] for k in ("final", "error", "chunks")},
-            "patched": {k: ppl["patched"][k] for k in ("final", "error", "chunks")},
-            "identical": ppl["baseline"]["printed"] == ppl["patched"]["printed"],
-        },
-        "bench": {
-            "args": [*BENCH_ARGS, *threads_args],
-            "rounds": rounds,
-            "results": results,
-            "target": BENCH_TARGET,
-            "met": all(r["ratio"] >= BENCH_TARGET for r in results),
-        },
-    }
+        )
+    base_name = "FILE"  # the temporary file, by a name that does not change from run to run
+    return Comparison(
+        model=ModelFile(file=model.name, sha256=hashlib.sha256(model.read_bytes()).hexdigest()),
+        threads=threads,
+        perplexity=PerplexityComparison(
+            text=text_name,
+            text_sha256=hashlib.sha256(text.read_bytes()).hexdigest(),
+            args=(*PERPLEXITY_ARGS, *threads_args),
+            baseline=baseline_ppl,
+            patched=patched_ppl,
+            kl=KlDivergence(
+                base_args=("--kl-divergence-base", base_name),
+                args=("--kl-divergence", "--kl-divergence-base", base_name),
+                reference=reference,
+                patched=patched_kl,
+            ),
+        ),
+        llama_bench=LlamaBench(
+            args=(*BENCH_ARGS, *threads_args), rounds=rounds, results=tuple(results), target=BENCH_TARGET
+        ),
+    )

@@ -1,8 +1,10 @@
 """Split cost: tokens/s of the whole model vs a chain of ranges, (a) in one process (`layer-bench split`),
-(b) one worker process per range over pipes; measured interleaved, best of the repetitions."""
+(b) one worker process per range over pipes; measured in paired rounds in alternating order
+(dgr.verify.bench.paired): the median ratio of the rounds, their spread and the best-of."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -13,6 +15,7 @@ from typing import Any
 from dgr.contracts.bench import Speed, SplitCost
 from dgr.core import proc
 from dgr.errors import BenchError
+from dgr.verify.bench import paired
 from dgr.verify.models import inventory, prompts
 from dgr.verify.wire.client import OMP_ENV
 from dgr.verify.wire.pipeline import Pipeline
@@ -25,7 +28,7 @@ DECODE_PROMPT = 16
 
 
 def _plan(quick: bool) -> tuple[tuple[int, ...], int, int]:
-    """Prefill lengths, greedy decode tokens and interleaved repetitions, the same for (a) and (b)."""
+    """Prefill lengths, greedy decode tokens and paired rounds, the same for (a) and (b)."""
     return ((64,), 8, 1) if quick else ((64, 512), 64, 9)
 
 
@@ -69,20 +72,49 @@ def in_process(
             ],
             env,
         )
-        out.append(SplitCost.from_json({**res, "shards": k}, f"layer-bench split --split {split}"))
+        where = f"layer-bench split --split {split}"
+        out.append(
+            SplitCost(
+                prefill=tuple(_timed(p, f"{where}: prefill") for p in res["prefill"]),
+                decode=_timed(res["decode"], f"{where}: decode"),
+                split=res["split"],
+                threads=res["threads"],
+                reps=res["reps"],
+                shards=k,
+            )
+        )
     return tuple(out)
 
 
-def _prefill_s(pipe: Pipeline, tokens: list[int], session: str) -> float:
+def _timed(row: dict[str, Any], where: str, **extra: Any) -> Speed:
+    """The Speed of layer-bench's seconds per round of the whole model and the split (`whole_s`, `split_s`,
+    in round order: even rounds ran the whole model first)."""
+    try:
+        seconds = list(zip(row["whole_s"], row["split_s"], strict=True))
+        tokens = int(row["tokens"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BenchError(f"{where}: no seconds per round of both sides ({exc})", detail=str(row)) from exc
+    return _speed(tokens, seconds, same_tokens=row.get("same_tokens"), **extra)
+
+
+def _speed(tokens: int, seconds: list[tuple[float, float]], **extra: Any) -> Speed:
+    whole, split, ratio = paired.of_seconds(tokens, seconds)
+    return Speed(tokens=tokens, whole_tps=whole, split_tps=split, ratio=ratio, **extra)
+
+
+def _prefill_s(pipe: Pipeline, tokens: list[int], session: str, r: int) -> float:
+    """Seconds of one prefill in a new session (`session`-`r`: round r)."""
     start = time.perf_counter()
-    pipe.prefill(session, 1, tokens)
+    pipe.prefill(f"{session}-{r}", 1, tokens)
     return time.perf_counter() - start
 
 
 def _decode_s(
-    pipe: Pipeline, prompt: list[int], n: int, session: str
+    pipe: Pipeline, prompt: list[int], n: int, session: str, r: int
 ) -> tuple[float, list[int], list[float]]:
-    """Seconds for n greedy single-token steps after the prompt, the tokens, and each shard's seconds."""
+    """Seconds for n greedy single-token steps after the prompt, the tokens, and each shard's seconds
+    (in a new session, `session`-`r`: round r)."""
+    session = f"{session}-{r}"
     tokens = [pipe.step(session, 1, 0, prompt).argmax[-1]]
     per_shard = [0.0] * len(pipe.workers)
     start = time.perf_counter()
@@ -121,31 +153,27 @@ def workers(
                 speeds: list[Speed] = []
                 for n in prefills:
                     tokens = (text_tokens * (n // len(text_tokens) + 1))[:n]
-                    best = [float("inf"), float("inf")]
-                    for r in range(reps):
-                        for i, pipe in enumerate((whole, split)):
-                            best[i] = min(best[i], _prefill_s(pipe, tokens, f"p{n}-{r}"))
-                    speeds.append(
-                        Speed(tokens=n, whole_tps=n / best[0], split_tps=n / best[1], ratio=best[0] / best[1])
+                    seconds = paired.alternate(
+                        reps,
+                        functools.partial(_prefill_s, whole, tokens, f"p{n}"),
+                        functools.partial(_prefill_s, split, tokens, f"p{n}"),
                     )
-                best = [float("inf"), float("inf")]
-                step_ms: list[list[float]] = [[], []]
-                same = True
-                for r in range(reps):
-                    runs = [
-                        _decode_s(pipe, text_tokens[:DECODE_PROMPT], n_decode, f"d{r}")
-                        for pipe in (whole, split)
-                    ]
-                    for i, (t, _, shards) in enumerate(runs):
-                        if t < best[i]:
-                            best[i], step_ms[i] = t, [s * 1e3 / n_decode for s in shards]
-                    same = same and runs[0][1] == runs[1][1]
-                decode = Speed(
-                    tokens=n_decode,
-                    whole_tps=n_decode / best[0],
-                    split_tps=n_decode / best[1],
-                    ratio=best[0] / best[1],
-                    same_tokens=same,
+                    speeds.append(_speed(n, seconds))
+                prompt = text_tokens[:DECODE_PROMPT]
+                runs = paired.alternate(
+                    reps,
+                    functools.partial(_decode_s, whole, prompt, n_decode, "d"),
+                    functools.partial(_decode_s, split, prompt, n_decode, "d"),
+                )
+                # where a decode step's time goes, in each side's fastest round
+                step_ms = [
+                    [s * 1e3 / n_decode for s in min((run[side] for run in runs), key=lambda x: x[0])[2]]
+                    for side in (0, 1)
+                ]
+                decode = _speed(
+                    n_decode,
+                    [(a[0], b[0]) for a, b in runs],
+                    same_tokens=all(a[1] == b[1] for a, b in runs),
                     # where a decode step's time goes: each worker's request (sent to reply read), and a
                     # request that does no work (the transport and the supervisor alone)
                     whole_step_ms=step_ms[0][0],
