@@ -276,6 +276,7 @@ def bench_data(inputs: str) -> dict[str, Any]:
             "prefill_tps": 180.5,
             "decode_tps": 66.25,
             "same_output": True,
+            "same_output_reps": 3,
             "procs": [{"role": "range", "what": "layers", "peak_rss": 100 << 20}]
             if engine != "rpc"
             else [

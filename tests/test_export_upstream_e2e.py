@@ -72,6 +72,7 @@ def fake_bench(digest: str, text: str, model_sha256: str) -> dict[str, Any]:
         "prefill_tps": 100.0,
         "decode_tps": 50.0,
         "same_output": True,
+        "same_output_reps": 3,
         "procs": [{"role": "range", "what": "layers [0, 30)", "peak_rss": 100 << 20}],
     }
     return {

@@ -164,6 +164,9 @@ class RpcRow(convert.Record):
     prefill_tps: float
     decode_tps: float
     same_output: bool
+    """Every repetition's output was the unsplit model's."""
+    same_output_reps: int
+    """The repetitions whose output was the unsplit model's."""
     procs: tuple[Process, ...]
 
     @property
