@@ -181,3 +181,27 @@ def test_every_class_name_is_unique() -> None:
                 seen.setdefault(node.name, []).append(name)
     assert {k: v for k, v in seen.items() if len(v) > 1} == {}
     assert "Result" not in seen and seen["Context"] == ["dgr.core.paths"]
+
+
+RULES_DIR = ROOT / "series" / "rules"
+RULES_DEPENDENCIES = {"tree_sitter", "tree_sitter_cpp"}  # series/rules/requirements.txt
+
+
+def test_the_rules_program_stands_alone() -> None:
+    """series/rules/rewrite.py and its modules are shipped in the upstream package, where dgr is not
+    installed: they import the standard library, tree-sitter and each other only, and the package carries
+    every one of them."""
+    from dgr.series import generated
+
+    programs = {p.stem: p for p in RULES_DIR.glob("*.py")}
+    assert {"rewrite", "cppsyntax", "layerloop"} <= set(programs)
+    for name, path in programs.items():
+        tops: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                tops |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                tops.add(node.module.split(".")[0])
+        foreign = tops - set(sys.stdlib_module_names) - RULES_DEPENDENCIES - set(programs)
+        assert foreign == set(), f"{name}.py imports {sorted(foreign)}"
+        assert path.name in generated.PACKAGED, f"{path.name} is not in generated.PACKAGED"

@@ -16,6 +16,15 @@ class DgrError(Exception):
     exit_code = 1
     label = "error"
 
+    def __init_subclass__(cls, *, code: int | None = None, label: str | None = None) -> None:
+        """A family is declared by its class line, `class UsageError(DgrError, code=2, label="usage")`: its
+        exit code and the label of its messages (a subclass without them keeps its parent's)."""
+        super().__init_subclass__()
+        if code is not None:
+            cls.exit_code = code
+        if label is not None:
+            cls.label = label
+
     def __init__(
         self,
         what: str,
@@ -45,96 +54,59 @@ class DgrError(Exception):
         return "\n".join(lines)
 
 
-class BenchError(DgrError):
+class BenchError(DgrError, label="bench"):
     """A measurement of `dgr bench` failed: layer-bench, the fuzz harness (or the crash it found),
     llama-perplexity, llama-bench or the RPC run (exit 1: a domain of its own, of no family below)."""
 
-    label = "bench"
 
-
-class GitError(DgrError):
+class GitError(DgrError, label="git"):
     """A git command failed (exit 1: a domain of its own, of no family below)."""
 
-    label = "git"
 
-
-class UsageError(DgrError):
+class UsageError(DgrError, code=2, label="usage"):
     """Bad command line or a request that does not make sense in this state (exit 2)."""
 
-    exit_code = 2
-    label = "usage"
 
-
-class IntegrityError(DgrError):
+class IntegrityError(DgrError, code=3, label="integrity"):
     """A digest does not match: patch, series, manifest, sdist, wheel, model, cached artifact (exit 3)."""
 
-    exit_code = 3
-    label = "integrity"
 
-
-class UpstreamError(DgrError):
+class UpstreamError(DgrError, code=4, label="upstream"):
     """The upstream commit or tree differs from the lock, or no source has it (exit 4)."""
 
-    exit_code = 4
-    label = "upstream"
 
-
-class ApplyError(DgrError):
+class ApplyError(DgrError, code=5, label="apply"):
     """A patch of the series does not apply (exit 5)."""
 
-    exit_code = 5
-    label = "apply"
 
-
-class BuildError(DgrError):
+class BuildError(DgrError, code=6, label="build"):
     """CMake, ninja or the compiler failed (exit 6)."""
 
-    exit_code = 6
-    label = "build"
 
-
-class LintError(DgrError):
+class LintError(DgrError, code=7, label="lint"):
     """`dgr check` (or `export-patches --dry-run`) found problems (exit 7)."""
 
-    exit_code = 7
-    label = "lint"
 
-
-class ConfigError(DgrError):
+class ConfigError(DgrError, code=8, label="config"):
     """Unreadable or invalid locks, series syntax, a missing file (exit 8)."""
 
-    exit_code = 8
-    label = "config"
 
-
-class VerifyError(DgrError):
+class VerifyError(DgrError, code=9, label="verify"):
     """A verification failed (`dgr verify`), `dgr generate` differs from the unsplit model, or no passing
     report exists for the inputs (`export-upstream`, `pin`) (exit 9)."""
 
-    exit_code = 9
-    label = "verify"
 
-
-class NetworkError(DgrError):
+class NetworkError(DgrError, code=10, label="network"):
     """A download or remote fetch could not reach the network (exit 10)."""
 
-    exit_code = 10
-    label = "network"
 
-
-class InternalError(DgrError):
+class InternalError(DgrError, code=11, label="internal error"):
     """An exception dgr did not expect: a bug (exit 11). Only the command line raises it, around every
     other exception; -v shows the traceback."""
 
-    exit_code = 11
-    label = "internal error"
 
-
-class WorkerRequestError(DgrError):
+class WorkerRequestError(DgrError, code=12, label="worker"):
     """A layer worker answered a request with an error (exit 12); `code` and `message` are the worker's."""
-
-    exit_code = 12
-    label = "worker"
 
     def __init__(self, worker: str, op: str, code: str, message: str) -> None:
         super().__init__(f"{worker}: {op}: {code}: {message}")
@@ -144,11 +116,8 @@ class WorkerRequestError(DgrError):
         self.message = message
 
 
-class WorkerDiedError(DgrError):
+class WorkerDiedError(DgrError, code=13, label="worker died"):
     """A layer worker exited, closed its pipe, sent garbage or missed a deadline (exit 13)."""
-
-    exit_code = 13
-    label = "worker died"
 
     def __init__(self, worker: str, reason: str, stderr_tail: str = "") -> None:
         lines = stderr_tail.splitlines()[-15:]

@@ -82,14 +82,13 @@ def _build(ctx: Context, plan: Plan, store: BuildStore, jobs: int | None = None)
     _warn_if_compiler_changed(ctx.cache.state / _COMPILER_STATE, plan.toolchain)
     paths = {"src": src, "build": build_dir, "worker_src": worker_src, "worker_build": worker_build}
     env = {"SOURCE_DATE_EPOCH": str(pin.epoch)}
-    llama = CMakeProject(
-        plan.toolchain,
-        src,
-        build_dir,
-        plan.toolchain_lock.build_type,
-        render(plan.inputs["cmake_options"], paths),
-        env,
-    )
+
+    def project(source: Path, build: Path, options: str) -> CMakeProject:
+        """The CMake project of `source` built in `build`, with the plan's definitions `options`."""
+        definitions = render(plan.inputs[options], paths)
+        return CMakeProject(plan.toolchain, source, build, plan.toolchain_lock.build_type, definitions, env)
+
+    llama = project(src, build_dir, "cmake_options")
     with log.step(f"configure llama.cpp in {build_dir}"):
         llama.configure()
     with log.step(f"ninja {' '.join(plan.targets)}"):
@@ -99,14 +98,7 @@ def _build(ctx: Context, plan: Plan, store: BuildStore, jobs: int | None = None)
         # built from a copy in the work tree: where the repository lives changes neither the flags nor the
         # timestamps the worker build sees
         _sync_tree(ctx.repo.worker_dir, worker_src, plan.worker_files)
-        worker = CMakeProject(
-            plan.toolchain,
-            worker_src,
-            worker_build,
-            plan.toolchain_lock.build_type,
-            render(plan.inputs["worker_options"], paths),
-            env,
-        )
+        worker = project(worker_src, worker_build, "worker_options")
         with log.step(f"configure and build the worker ({ctx.repo.rel(ctx.repo.worker_dir)})"):
             worker.configure()
             worker.build_targets([], jobs)

@@ -134,47 +134,31 @@ def _check_usable(root: Path, what: str) -> None:
         )
 
 
+class _Below:
+    """A directory of the cache, named as the attribute: `Cache.builds` is `<root>/builds`."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, cache: Cache, owner: type | None = None) -> Path:
+        return cache.root / self.name
+
+
 @dataclass(frozen=True)
 class Cache:
     """The cache layout (see README.md, "Cache layout")."""
 
     root: Path
 
-    @property
-    def downloads(self) -> Path:
-        return self.root / "downloads"
-
-    @property
-    def upstream(self) -> Path:
-        return self.root / "upstream"
-
-    @property
-    def models(self) -> Path:
-        return self.root / "models"
-
-    @property
-    def work(self) -> Path:
-        return self.root / "work"
-
-    @property
-    def builds(self) -> Path:
-        return self.root / "builds"
-
-    @property
-    def edit(self) -> Path:
-        return self.root / "edit"
-
-    @property
-    def tmp(self) -> Path:
-        return self.root / "tmp"
-
-    @property
-    def locks(self) -> Path:
-        return self.root / "locks"
-
-    @property
-    def state(self) -> Path:
-        return self.root / "state"
+    downloads = _Below()
+    upstream = _Below()
+    models = _Below()
+    work = _Below()
+    builds = _Below()
+    edit = _Below()
+    tmp = _Below()
+    locks = _Below()
+    state = _Below()
 
     def upstream_repo(self, commit: str) -> Path:
         return self.upstream / f"{commit}.git"

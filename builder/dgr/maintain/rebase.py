@@ -30,6 +30,11 @@ _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 DEFAULT_SUBDIR = "vendor/llama.cpp"
 
 
+def _attributes(record: object, *names: str) -> dict[str, Any]:
+    """The JSON of a report's record: the attributes `names`, in that order, under their own names."""
+    return {name: getattr(record, name) for name in names}
+
+
 @dataclass(frozen=True)
 class Onto:
     """The upstream to check against: a bare repository holding `commit` at refs/dgr/upstream."""
@@ -46,13 +51,7 @@ class Onto:
     """When the commit was made (an upstream older than the pin gets no port: the pin only moves forward)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "spec": self.spec,
-            "commit": self.commit,
-            "tree": self.tree,
-            "source": self.source,
-            "verified": self.verified,
-        }
+        return _attributes(self, "spec", "commit", "tree", "source", "verified")
 
 
 def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tmp: Path) -> Onto:
@@ -135,11 +134,7 @@ class PatchReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name,
-            "subject": self.subject,
-            "status": self.status,
-            "after_failure": self.after_failure,
-            "files": self.files,
+            **_attributes(self, "name", "subject", "status", "after_failure", "files"),
             "hunks": [
                 {"file": r.file, "index": n, "header": header}
                 for r in self.rejections

@@ -14,8 +14,17 @@ from dgr.errors import ConfigError
 RULES_DIR = Path("series") / "rules"
 CONFIG = RULES_DIR / "rules.toml"
 PROGRAM = RULES_DIR / "rewrite.py"
-PACKAGED = ("README.md", "requirements.txt", "rewrite.py", "layer-inputs.skip", "layer-range-archs.txt")
-"""The files of RULES_DIR that a reviewer needs to run the rules: the program, its README and its lists."""
+PACKAGED = (
+    "README.md",
+    "requirements.txt",
+    "rewrite.py",
+    "cppsyntax.py",
+    "layerloop.py",
+    "layer-inputs.skip",
+    "layer-range-archs.txt",
+)
+"""The files of RULES_DIR that a reviewer needs to run the rules: the program and its modules, its README
+and its lists."""
 PATHS = "src/models"
 """What the rules edit: the graph files of the architectures."""
 

@@ -56,22 +56,14 @@ class _UnavailableSourceError(Exception):
 def verify(git_dir: Path, pin: Pin, label: str, ref: str = VERIFIED_REF) -> None:
     """Refuse unless `ref` is `pin.commit` and its tree is `pin.tree`."""
     hint = "the source does not hold the locked upstream: fix it, or update locks/upstream.toml on purpose"
-    commit = gitops.rev_parse(git_dir, ref)
-    if commit != pin.commit:
-        raise UpstreamError(
-            f"{label}: {ref} is not the locked commit",
-            expected=pin.commit,
-            actual=commit or "nothing",
-            hint=hint,
-        )
-    tree = gitops.rev_parse(git_dir, f"{pin.commit}^{{tree}}")
-    if tree != pin.tree:
-        raise UpstreamError(
-            f"{label}: commit {pin.commit} has another tree than the lock says",
-            expected=pin.tree,
-            actual=tree or "nothing",
-            hint=hint,
-        )
+    checks = (  # in order: the tree is read only once the commit is the locked one
+        (ref, pin.commit, f"{ref} is not the locked commit"),
+        (f"{pin.commit}^{{tree}}", pin.tree, f"commit {pin.commit} has another tree than the lock says"),
+    )
+    for rev, locked, problem in checks:
+        found = gitops.rev_parse(git_dir, rev)
+        if found != locked:
+            raise UpstreamError(f"{label}: {problem}", expected=locked, actual=found or "nothing", hint=hint)
 
 
 def select(lock: UpstreamLock, spec: str | None) -> tuple[Pin, tuple[Source, ...]]:

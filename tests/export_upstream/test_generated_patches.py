@@ -8,21 +8,13 @@ from pathlib import Path
 
 from dgr.series import generated
 
+from tests.export_upstream.support import PATCHES, export, fetch
 from tests.helpers import ROOT, FakeUpstream, git
-from tests.test_export_upstream import (  # noqa: F401 (the fixtures of the fixture package)
-    PATCHES,
-    export,
-    fetch,
-    packaged,
-    pr_patches,
-    pr_upstream,
-    repo,
-)
 
 
 def test_the_package_holds_the_rules_and_names_the_generated_commit(
-    packaged: Path,  # noqa: F811
-    pr_upstream: FakeUpstream,  # noqa: F811
+    packaged: Path,
+    pr_upstream: FakeUpstream,
     tmp_path: Path,
 ) -> None:
     rules_dir = packaged / "series" / "rules"
@@ -54,7 +46,7 @@ def test_the_package_holds_the_rules_and_names_the_generated_commit(
     assert body.count("### Generated changes") == 1
 
 
-def test_without_rules_the_package_has_none(packaged: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_without_rules_the_package_has_none(packaged: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert export(out) == 0
     assert not (out / "rules").exists()
