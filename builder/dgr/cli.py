@@ -53,6 +53,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET_HELP)
 
 
+def _flag(
+    parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, name: str, help_text: str
+) -> None:
+    """An on/off option (default off)."""
+    parser.add_argument(name, action="store_true", help=help_text)
+
+
 def _mirror(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mirror",
@@ -130,22 +137,22 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("check", mirror=True)
-    p.add_argument("--json", action="store_true", help="print the findings as JSON")
-    p.add_argument(
+    _flag(p, "--json", "print the findings as JSON")
+    _flag(
+        p,
         "--no-style",
-        action="store_true",
-        help="skip `git diff --check` and `git clang-format` on the series applied to its upstream",
+        "skip `git diff --check` and `git clang-format` on the series applied to its upstream",
     )
 
     p = command("fetch", mirror=True)
     p.add_argument("--upstream", metavar="SPEC", help="a locked rebase target instead of the pin")
-    p.add_argument(
+    _flag(
+        p,
         "--model",
-        action="store_true",
-        help="also fetch and verify every model of locks/model.toml (the default first); print their paths",
+        "also fetch and verify every model of locks/model.toml (the default first); print their paths",
     )
 
-    command("status").add_argument("--json", action="store_true", help="print the status as JSON")
+    _flag(command("status"), "--json", "print the status as JSON")
 
     p = command("build", mirror=True)
     p.add_argument(
@@ -155,10 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="ninja's parallel jobs (default: ninja's own, the cores + 2); not part of the inputs digest",
     )
-    p.add_argument(
-        "--json", action="store_true", help="print the build manifest as JSON (only that on stdout)"
-    )
-    p.add_argument("--upstream-only", action="store_true", help="build the unpatched upstream (the baseline)")
+    _flag(p, "--json", "print the build manifest as JSON (only that on stdout)")
+    _flag(p, "--upstream-only", "build the unpatched upstream (the baseline)")
     p.add_argument("--upstream", metavar="SPEC", help="build on a locked rebase target instead of the pin")
     p.add_argument(
         "--prefix",
@@ -166,11 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="build the first N patches of the series only (cached as well)",
     )
-    p.add_argument(
-        "--tools",
-        action="store_true",
-        help="also build upstream's tools: perplexity, bench, rpc-server (locks/toolchain.toml)",
-    )
+    _flag(p, "--tools", "also build upstream's tools: perplexity, bench, rpc-server (locks/toolchain.toml)")
     _sanitize(p)
 
     command("manifest")
@@ -185,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("export-patches")
     p.add_argument("--dir", type=Path, help="the edit tree (default: <cache>/edit/<commit>)")
-    p.add_argument("--dry-run", action="store_true", help="only list what would change (exit 7 if anything)")
+    _flag(p, "--dry-run", "only list what would change (exit 7 if anything)")
 
     p = command("rebase-check", mirror=True)
     onto = p.add_mutually_exclusive_group(required=True)
@@ -194,10 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SOURCE",
         help="pypi:llama-cpp-python==VERSION, a path to a llama.cpp git tree, or a commit in the mirror",
     )
-    onto.add_argument(
+    _flag(
+        onto,
         "--matrix",
-        action="store_true",
-        help="every reachable upstream (the pin and the locked targets) x every patch, and each port on "
+        "every reachable upstream (the pin and the locked targets) x every patch, and each port on "
         "its target; exit 5 only when the series does not apply cleanly on the pin",
     )
     shape = p.add_mutually_exclusive_group()
@@ -226,10 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="lock llama-cpp-python==VERSION (or pypi:NAME==VERSION) as a rebase target: its sdist's sha256 "
         "and the commit, tree and date of its vendor/llama.cpp, written into locks/upstream.toml",
     )
-    p.add_argument(
+    _flag(
+        p,
         "--allow-older",
-        action="store_true",
-        help="move the pin to an upstream older than the pin (by commit date); refused otherwise",
+        "move the pin to an upstream older than the pin (by commit date); refused otherwise",
     )
 
     p = command("verify", mirror=True)
@@ -238,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="GROUP[,GROUP]",
         help=f"run only these groups: {', '.join(GROUPS)} (default: all)",
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    _flag(p, "--json", "print the report as JSON on stdout")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML")
     _threads(p)
     p.add_argument(
@@ -250,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", type=Path, metavar="DIR", help="where to write it (default: upstream-package/out, replaced)"
     )
-    p.add_argument("--json", action="store_true", help="print the files written and their sha256 as JSON")
+    _flag(p, "--json", "print the files written and their sha256 as JSON")
     p.add_argument(
         "--bench",
         type=Path,
@@ -259,13 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = command("bench")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--quick", action="store_true", help="one repetition, short prompts, no cold builds")
-    p.add_argument("--fuzz", action="store_true", help="also fuzz the worker's decoders with libFuzzer")
-    p.add_argument(
+    _flag(p, "--json", "print the results as JSON")
+    _flag(p, "--quick", "one repetition, short prompts, no cold builds")
+    _flag(p, "--fuzz", "also fuzz the worker's decoders with libFuzzer")
+    _flag(
+        p,
         "--rpc",
-        action="store_true",
-        help="also build upstream's tools (--tools) and measure perplexity and llama-bench before/after and "
+        "also build upstream's tools (--tools) and measure perplexity and llama-bench before/after and "
         "the RPC backend beside layer ranges",
     )
     p.add_argument(
@@ -310,14 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME|PATH",
         help="a model of locks/model.toml by name (default: its default model), or the path of a GGUF file",
     )
-    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    p.add_argument(
+    _flag(p, "--chat", "wrap the prompt in the model's chat template")
+    _flag(
+        p,
         "--no-reference",
-        action="store_true",
-        help="do not run the unsplit model to compare with (the split run only; nothing to differ from)",
+        "do not run the unsplit model to compare with (the split run only; nothing to differ from)",
     )
     _threads(p)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    _flag(p, "--json", "print the result as JSON")
     return parser
 
 
