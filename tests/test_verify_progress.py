@@ -11,8 +11,8 @@ from dgr.builds import reportstore
 from dgr.contracts.report import Check, Report
 from dgr.core import log
 from dgr.core.paths import Cache
+from dgr.verify.checks.progress import Progress, duration, last_report, remaining
 from dgr.verify.checks.session import Session
-from dgr.verify.progress import Progress, duration, last_report, remaining
 
 DURATIONS = {"native": 40.0, "kv/fixtures": 5.0, "kv/smollm2": 60.0, "kv/gemma3": 35.0, "kv": 100.0}
 

@@ -20,7 +20,7 @@ from dgr.core.fs import write_atomic
 from dgr.core.paths import Context
 from dgr.errors import EXIT_OK, UsageError, VerifyError
 from dgr.sources import model
-from dgr.verify import progress
+from dgr.verify.checks import progress
 from dgr.verify.checks.report import junit_xml, table
 from dgr.verify.checks.session import Session, load
 from dgr.verify.models.env import Env, RealModel
