@@ -84,7 +84,7 @@ def imports_of(name: str) -> set[str]:
 
 def subsystem(name: str) -> str:
     parts = name.split(".")
-    if name in ("dgr", "dgr.cli", "dgr.__main__"):
+    if name in ("dgr", "dgr.cli", "dgr.__main__", "dgr.commandref"):  # commandref: what --help says
         return "entry"
     if name == "dgr.errors":
         return "core"

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from dgr.commandref import COMMANDS
 from dgr.contracts.report import GROUPS
 from dgr.core import log
 from dgr.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError, InternalError, UsageError
@@ -50,6 +51,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     # after the command too (`dgr build -v`); SUPPRESS keeps `dgr -v build` from being reset by the default
     parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
     parser.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=_QUIET_HELP)
+
+
+def _flag(
+    parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, name: str, help_text: str
+) -> None:
+    """An on/off option (default off)."""
+    parser.add_argument(name, action="store_true", help=help_text)
 
 
 def _mirror(parser: argparse.ArgumentParser) -> None:
@@ -112,45 +120,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+    def command(name: str, *, mirror: bool = False) -> argparse.ArgumentParser:
+        """The subparser of `name`: its summary, examples and exit codes from dgr.commandref."""
+        ref = COMMANDS[name]
         p = sub.add_parser(
             name,
-            help=help_text,
-            description=help_text,
-            epilog=EPILOG,
+            help=ref.summary,
+            description=ref.summary,
+            epilog=ref.epilog(),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         p.set_defaults(module=name.replace("-", "_"))
         _common(p)
+        if mirror:
+            _mirror(p)
         return p
 
-    p = command(
-        "check", "lint series <-> patches <-> manifest, patch messages, locks, and the patches' style"
-    )
-    p.add_argument("--json", action="store_true", help="print the findings as JSON")
-    p.add_argument(
+    p = command("check", mirror=True)
+    _flag(p, "--json", "print the findings as JSON")
+    _flag(
+        p,
         "--no-style",
-        action="store_true",
-        help="skip `git diff --check` and `git clang-format` on the series applied to its upstream",
+        "skip `git diff --check` and `git clang-format` on the series applied to its upstream",
     )
-    _mirror(p)
 
-    p = command("fetch", "obtain and verify the upstream into the cache; print its path")
-    _mirror(p)
+    p = command("fetch", mirror=True)
     p.add_argument("--upstream", metavar="SPEC", help="a locked rebase target instead of the pin")
-    p.add_argument(
+    _flag(
+        p,
         "--model",
-        action="store_true",
-        help="also fetch and verify every model of locks/model.toml (the default first); print their paths",
+        "also fetch and verify every model of locks/model.toml (the default first); print their paths",
     )
 
-    p = command(
-        "status",
-        "where the work stands: pin, series, edit tree, build, verify report, bench, and the next command",
-    )
-    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    _flag(command("status"), "--json", "print the status as JSON")
 
-    p = command("build", "build the pinned llama.cpp with the series (cached by the inputs digest)")
+    p = command("build", mirror=True)
     p.add_argument(
         "-j",
         "--jobs",
@@ -158,10 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="ninja's parallel jobs (default: ninja's own, the cores + 2); not part of the inputs digest",
     )
-    p.add_argument(
-        "--json", action="store_true", help="print the build manifest as JSON (only that on stdout)"
-    )
-    p.add_argument("--upstream-only", action="store_true", help="build the unpatched upstream (the baseline)")
+    _flag(p, "--json", "print the build manifest as JSON (only that on stdout)")
+    _flag(p, "--upstream-only", "build the unpatched upstream (the baseline)")
     p.add_argument("--upstream", metavar="SPEC", help="build on a locked rebase target instead of the pin")
     p.add_argument(
         "--prefix",
@@ -169,104 +171,102 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="build the first N patches of the series only (cached as well)",
     )
-    p.add_argument(
-        "--tools",
-        action="store_true",
-        help="also build upstream's tools: perplexity, bench, rpc-server (locks/toolchain.toml)",
-    )
+    _flag(p, "--tools", "also build upstream's tools: perplexity, bench, rpc-server (locks/toolchain.toml)")
     _sanitize(p)
-    _mirror(p)
 
-    command("manifest", "rewrite locks/patches.toml from series/series and patches/")
+    command("manifest")
 
-    p = command("edit", "create a git work tree with the series as commits; print its path")
+    p = command("edit", mirror=True)
     p.add_argument("--dir", type=Path, help="where (default: <cache>/edit/<commit>)")
     p.add_argument(
         "--onto",
         metavar="SOURCE",
         help="start from another upstream (as rebase-check) and apply with 3-way merges",
     )
-    _mirror(p)
 
-    p = command("export-patches", "write the edit tree's commits back to patches/, series and manifest")
+    p = command("export-patches")
     p.add_argument("--dir", type=Path, help="the edit tree (default: <cache>/edit/<commit>)")
-    p.add_argument("--dry-run", action="store_true", help="only list what would change (exit 7 if anything)")
+    _flag(p, "--dry-run", "only list what would change (exit 7 if anything)")
 
-    p = command("rebase-check", "report per patch whether the series applies onto another upstream")
+    p = command("rebase-check", mirror=True)
     onto = p.add_mutually_exclusive_group(required=True)
     onto.add_argument(
         "--onto",
         metavar="SOURCE",
         help="pypi:llama-cpp-python==VERSION, a path to a llama.cpp git tree, or a commit in the mirror",
     )
-    onto.add_argument(
+    _flag(
+        onto,
         "--matrix",
-        action="store_true",
-        help="every reachable upstream (the pin and the locked targets) x every patch, and each port on "
+        "every reachable upstream (the pin and the locked targets) x every patch, and each port on "
         "its target; exit 5 only when the series does not apply cleanly on the pin",
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    _mirror(p)
-
-    p = command(
-        "pin",
-        "move the pin to another upstream: its port becomes the series (else the series is rebased), "
-        "with a passing verify report for the result; all files at once",
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument(
+        "--format",
+        choices=("text", "markdown", "json"),
+        default="text",
+        help="text (default: an aligned plain table), markdown (tables to paste), or json",
     )
-    p.add_argument(
+    shape.add_argument(
+        "--markdown", dest="format", action="store_const", const="markdown", help="--format markdown"
+    )
+    shape.add_argument("--json", dest="format", action="store_const", const="json", help="--format json")
+
+    p = command("pin", mirror=True)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument(
         "--to",
-        required=True,
         metavar="SPEC",
         help="a locked rebase target (pypi:llama-cpp-python==VERSION), pypi:NAME==VERSION, a path to a "
         "llama.cpp git tree, or a commit in the mirror",
     )
-    p.add_argument(
-        "--allow-older",
-        action="store_true",
-        help="move the pin to an upstream older than the pin (by commit date); refused otherwise",
+    what.add_argument(
+        "--add-target",
+        metavar="VERSION",
+        help="lock llama-cpp-python==VERSION (or pypi:NAME==VERSION) as a rebase target: its sdist's sha256 "
+        "and the commit, tree and date of its vendor/llama.cpp, written into locks/upstream.toml",
     )
-    _mirror(p)
+    _flag(
+        p,
+        "--allow-older",
+        "move the pin to an upstream older than the pin (by commit date); refused otherwise",
+    )
 
-    p = command("verify", "run the native tests and the conformance checks against the published build")
+    p = command("verify", mirror=True)
     p.add_argument(
         "--only",
         metavar="GROUP[,GROUP]",
         help=f"run only these groups: {', '.join(GROUPS)} (default: all)",
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    _flag(p, "--json", "print the report as JSON on stdout")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML")
     _threads(p)
     p.add_argument(
         "--upstream", metavar="SPEC", help="verify the port of the series to a locked rebase target"
     )
     _sanitize(p)
-    _mirror(p)
 
-    p = command(
-        "export-upstream",
-        "render the upstream package: a branch (git bundle) and a description per pull request, the "
-        "discussion post, the reproduction",
-    )
+    p = command("export-upstream", mirror=True)
     p.add_argument(
         "--out", type=Path, metavar="DIR", help="where to write it (default: upstream-package/out, replaced)"
     )
-    p.add_argument("--json", action="store_true", help="print the files written and their sha256 as JSON")
+    _flag(p, "--json", "print the files written and their sha256 as JSON")
     p.add_argument(
         "--bench",
         type=Path,
         metavar="FILE",
         help="the bench.json of `dgr bench --rpc` to render (default: <cache>/bench/bench.json)",
     )
-    _mirror(p)
 
-    p = command("bench", "measure the split cost, memory per range, the bundle codec and the build")
-    p.add_argument("--json", action="store_true", help="print the results as JSON")
-    p.add_argument("--quick", action="store_true", help="one repetition, short prompts, no cold builds")
-    p.add_argument("--fuzz", action="store_true", help="also fuzz the worker's decoders with libFuzzer")
-    p.add_argument(
+    p = command("bench")
+    _flag(p, "--json", "print the results as JSON")
+    _flag(p, "--quick", "one repetition, short prompts, no cold builds")
+    _flag(p, "--fuzz", "also fuzz the worker's decoders with libFuzzer")
+    _flag(
+        p,
         "--rpc",
-        action="store_true",
-        help="also build upstream's tools (--tools) and measure perplexity and llama-bench before/after and "
+        "also build upstream's tools (--tools) and measure perplexity and llama-bench before/after and "
         "the RPC backend beside layer ranges",
     )
     p.add_argument(
@@ -288,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, metavar="DIR", help="where bench.json and memory.png go (default: <cache>/bench)"
     )
 
-    p = command("generate", "greedy generation through a chain of layer-range workers, compared with unsplit")
+    p = command("generate", mirror=True)
     p.add_argument("prompt", help="the prompt text")
     p.add_argument(
         "--split",
@@ -311,10 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME|PATH",
         help="a model of locks/model.toml by name (default: its default model), or the path of a GGUF file",
     )
-    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    _flag(p, "--chat", "wrap the prompt in the model's chat template")
+    _flag(
+        p,
+        "--no-reference",
+        "do not run the unsplit model to compare with (the split run only; nothing to differ from)",
+    )
     _threads(p)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    _mirror(p)
+    _flag(p, "--json", "print the result as JSON")
     return parser
 
 

@@ -1,6 +1,8 @@
-"""`dgr generate [--model NAME|PATH] [--split RANGES] [-n N] [--ctx N] [--chat] [--json] PROMPT`: greedy
-generation through a chain of layer-worker processes (one per range) on a locked model (the default one
-unless named) or a GGUF file, compared with the unsplit model; exit 9 when the two differ."""
+"""`dgr generate [--model NAME|PATH] [--split RANGES] [-n N] [--ctx N] [--chat] [--no-reference] [--json]
+PROMPT`: greedy generation through a chain of layer-worker processes (one per range) on a locked model (the
+default one unless named) or a GGUF file, compared with the unsplit model (run after it, said on stderr;
+`--no-reference` skips it); exit 9 when the two differ. The text printed is the prompt (bold on a terminal,
+else in brackets) followed by its continuation."""
 
 from __future__ import annotations
 
@@ -100,8 +102,13 @@ def run(args: argparse.Namespace) -> int:
         log.info(f"prompt: {len(tokens)} tokens, prefilled in {chunks} chunk(s) of at most {pipe.n_batch}")
         out, seconds = _run(pipe, tokens, args.n_tokens, stop)
         text = pipe.detokenize(out)
-    ref, ref_seconds = out, seconds
-    if split != whole_model:
+    ref: list[int] | None = out
+    ref_seconds = seconds
+    if args.no_reference:
+        ref = None
+        log.info("--no-reference: the unsplit model is not run; the output is not compared")
+    elif split != whole_model:
+        log.info(f"running the unsplit model (0:{n_layer}, one worker) as the reference to compare with")
         with Pipeline(
             worker, path, whole_model, threads=args.threads, n_ctx=args.ctx, max_sessions=1
         ) as whole:
@@ -110,25 +117,33 @@ def run(args: argparse.Namespace) -> int:
     res: dict[str, Any] = {
         "model": path.name,
         "split": [list(r) for r in split],
+        "prompt": args.prompt,
         "prompt_tokens": tokens,
         "tokens": out,
         "text": text,
-        "matches_unsplit": out == ref,
+        "matches_unsplit": None if ref is None else out == ref,
         "unsplit_tokens": ref,
         "tokens_per_s": round(len(out) / seconds, 2),
-        "unsplit_tokens_per_s": round(len(ref) / ref_seconds, 2),
+        "unsplit_tokens_per_s": None if ref is None else round(len(ref) / ref_seconds, 2),
     }
     if args.json:
         json.dump(res, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(text)
+        print(shown(args.prompt, text, sys.stdout.isatty()))
         print(f"\ntokens: {out}")
-        print(
-            f"split {split_text}: {len(out)} tokens, {res['tokens_per_s']} tokens/s; "
-            f"unsplit {res['unsplit_tokens_per_s']} tokens/s; matches unsplit: {res['matches_unsplit']}"
+        compared = (
+            "not compared (--no-reference)"
+            if ref is None
+            else f"unsplit {res['unsplit_tokens_per_s']} tokens/s; matches unsplit: {res['matches_unsplit']}"
         )
-    if not res["matches_unsplit"]:
+        print(f"split {split_text}: {len(out)} tokens, {res['tokens_per_s']} tokens/s; {compared}")
+    if ref is not None and out != ref:
         log.warn(f"split {split_text} differs from the unsplit model: {out} vs {ref}")
         return VerifyError.exit_code
     return EXIT_OK
+
+
+def shown(prompt: str, continuation: str, terminal: bool) -> str:
+    """The prompt then its continuation, the prompt set apart: bold on a terminal, else in brackets."""
+    return f"\033[1m{prompt}\033[0m{continuation}" if terminal else f"[{prompt}]{continuation}"

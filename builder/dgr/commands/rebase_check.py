@@ -1,14 +1,19 @@
-"""`dgr rebase-check --onto SOURCE [--json]`: per patch clean / 3-way / conflict; exit 5 on a conflict.
+"""`dgr rebase-check --onto SOURCE`: per patch clean / 3-way / conflict; exit 5 on a conflict.
 
-`dgr rebase-check --matrix [--json]`: the same for every reachable upstream (the pin, then each locked rebase
+`dgr rebase-check --matrix`: the same for every reachable upstream (the pin, then each locked rebase
 target), and for each port of the series on its own target, as a patch x upstream table. Drift onto a newer
 upstream is reported; only a series that does not apply cleanly on the pin (or a port that does not apply
-cleanly on its target) fails (exit 5)."""
+cleanly on its target) fails (exit 5).
+
+Output: plain text for a terminal (an aligned table, long file lists summarised, digests shortened),
+`--markdown` (`--format markdown`) Markdown tables, `--json` (`--format json`) the whole report."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import textwrap
 
 from dgr.contracts import locks
 from dgr.core import log
@@ -32,21 +37,10 @@ def run(args: argparse.Namespace) -> int:
         scratch = rebase.scratch_repo(tmp, [pin.repo, onto.repo])
         with log.step(f"apply {len(patches)} patch(es) onto {onto.commit[:12]} ({onto.source})"):
             report = rebase.check(scratch, onto, lock.pin, patches, identity, tmp, ctx.repo)
-    if args.json:
+    if args.format == "json":
         print(json.dumps(report.to_json(), indent=2))
     else:
-        verified = "verified" if onto.verified else "UNVERIFIED"
-        print(f"onto {onto.spec}: {onto.commit} ({verified}, {onto.source})")
-        for patch in report.patches:
-            note = " (after an earlier conflict)" if patch.after_failure else ""
-            print(f"  {patch.status:<8} {patch.name}{note}")
-            for rejection in patch.rejections:
-                for line in rejection.describe().splitlines():
-                    print(f"           {line}")
-            if not patch.rejections:
-                for line in "\n".join(patch.files).splitlines():
-                    print(f"           {line}")
-        print(f"next: {report.next_step()}")
+        print(onto_report(report, markdown=args.format == "markdown"))
     return EXIT_OK if report.ok else ApplyError.exit_code
 
 
@@ -81,16 +75,108 @@ def run_matrix(args: argparse.Namespace) -> int:
             if spec is None or repo.port is not None:
                 required.append(report)
     failed = [r for r in required if not all(p.status == "clean" for p in r.patches)]
-    if args.json:
+    if args.format == "json":
         print(
             json.dumps(
                 {"ok": not failed, "columns": [{"label": label, **r.to_json()} for label, r in columns]},
                 indent=2,
             )
         )
-    else:
+    elif args.format == "markdown":
         print(matrix_table(columns))
+    else:
+        print(matrix_text(columns))
     return EXIT_OK if not failed else ApplyError.exit_code
+
+
+WIDTH = 100
+"""Where plain text wraps (a terminal's 100 columns; the tables' rows do not wrap)."""
+FILES_SHOWN = 3
+"""How many files of a conflict plain text names before `and N more`."""
+
+
+def short_source(source: str) -> str:
+    """A source label with its sha256 shortened to 12 hex digits (the lock holds the whole digest)."""
+    return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{52}\b", r"\1", source)
+
+
+def summarised(files: list[str], shown: int = FILES_SHOWN) -> str:
+    """`a, b, c and 4 more`: the first `shown` files, then how many others."""
+    if len(files) <= shown:
+        return ", ".join(files)
+    return ", ".join(files[:shown]) + f" and {len(files) - shown} more"
+
+
+def _wrapped(text: str, indent: str) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ")
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def _conflict_files(patch: rebase.PatchReport) -> list[str]:
+    """The rejected files, or (a generated patch) where its hand-written part or its rule stopped."""
+    return sorted({r.file for r in patch.rejections} or {f.split(":", 1)[0] for f in patch.files})
+
+
+def onto_report(report: rebase.RebaseReport, *, markdown: bool = False) -> str:
+    """One upstream, per patch: a table (plain or Markdown), each conflict's hunks, the next step."""
+    onto = report.onto
+    verified = "verified" if onto.verified else "UNVERIFIED"
+    head = f"onto {onto.spec}: {onto.commit} ({verified}, {short_source(onto.source)})"
+    rows = [["patch", "status", "files"]]
+    for p in report.patches:
+        status = p.status + (" (after an earlier conflict)" if p.after_failure else "")
+        rows.append([p.name, status, summarised(_conflict_files(p)) if p.status == "conflict" else ""])
+    if markdown:
+        lines = [head, "", *(f"| {' | '.join(row)} |" for row in rows[:1])]
+        lines += ["| --- | --- | --- |", *(f"| {' | '.join(row)} |" for row in rows[1:])]
+    else:
+        lines = [head, "", *_aligned(rows)]
+    details = [p for p in report.patches if p.rejections or (p.status == "conflict" and p.files)]
+    for p in details:
+        lines += ["", f"{p.name}:"]
+        found = [line for r in p.rejections for line in r.describe().splitlines()] or p.files
+        lines += [f"  {line}" for line in found]
+    lines += ["", *_wrapped(f"next: {report.next_step()}", "")]
+    return "\n".join(lines)
+
+
+def _cell(found: rebase.PatchReport | None) -> str:
+    if found is None:
+        return "-"
+    return found.status + (" (after a conflict)" if found.after_failure else "")
+
+
+def _next(i: int, report: rebase.RebaseReport) -> str:
+    on_pin = i == 0 and all(p.status == "clean" for p in report.patches)
+    return "nothing: the series is current on the pin" if on_pin else report.next_step()
+
+
+def matrix_text(columns: list[tuple[str, rebase.RebaseReport]]) -> str:
+    """The patch x upstream table as aligned plain text; then each upstream's commit, source and next step,
+    and the files of each conflict (summarised)."""
+    names = list(dict.fromkeys(p.name for _, r in columns for p in r.patches))
+    rows = [["patch", *(label for label, _ in columns)]]
+    for name in names:
+        rows.append([name, *(_cell(_find(r, name)) for _, r in columns)])
+    lines = _aligned(rows)
+    for i, (label, report) in enumerate(columns):
+        source = short_source(report.onto.source)
+        if source.startswith(f"{label} ("):  # a locked target's sdist: its spec is the label already
+            source = "its sdist " + source[len(label) + 1 :]
+        lines += ["", f"{label}: {report.onto.commit[:12]} from {source}"]
+        for p in report.patches:
+            if p.status == "conflict":
+                lines += _wrapped(f"conflict in {p.name}: {summarised(_conflict_files(p))}", "  ")
+        lines += _wrapped(f"next: {_next(i, report)}", "  ")
+    return "\n".join(lines)
+
+
+def _find(report: rebase.RebaseReport, name: str) -> rebase.PatchReport | None:
+    return next((p for p in report.patches if p.name == name), None)
 
 
 def matrix_table(columns: list[tuple[str, rebase.RebaseReport]]) -> str:
@@ -101,20 +187,14 @@ def matrix_table(columns: list[tuple[str, rebase.RebaseReport]]) -> str:
     for name in names:
         cells = []
         for _, report in columns:
-            found = next((p for p in report.patches if p.name == name), None)
-            if found is None:
-                cells.append("-")
-                continue
-            cell = found.status + (" (after a conflict)" if found.after_failure else "")
-            if found.status == "conflict":
-                # the rejected files, or (a generated patch) where its hand-written part or its rule stopped
-                files = {r.file for r in found.rejections} or {f.split(":", 1)[0] for f in found.files}
-                cell += ": " + ", ".join(sorted(files))
+            found = _find(report, name)
+            cell = _cell(found)
+            if found is not None and found.status == "conflict":
+                cell += ": " + ", ".join(_conflict_files(found))
             cells.append(cell)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
     for i, (label, report) in enumerate(columns):
-        on_pin = i == 0 and all(p.status == "clean" for p in report.patches)
-        step = "nothing: the series is current on the pin" if on_pin else report.next_step()
-        lines.append(f"- {label}: {report.onto.commit[:12]} ({report.onto.source}); next: {step}")
+        source = short_source(report.onto.source)
+        lines.append(f"- {label}: {report.onto.commit[:12]} ({source}); next: {_next(i, report)}")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from dgr.core.fs import write_atomic
 from dgr.core.paths import Context
 from dgr.errors import EXIT_OK, UsageError, VerifyError
 from dgr.sources import model
+from dgr.verify.checks import progress
 from dgr.verify.checks.report import junit_xml, table
 from dgr.verify.checks.session import Session, load
 from dgr.verify.models.env import Env, RealModel
@@ -77,12 +78,22 @@ def run(args: argparse.Namespace) -> int:
         request = buildplan.Request(mirror=args.mirror, upstream=args.upstream, sanitize=sanitize, prefix=k)
         return build.run(ctx, request)
 
-    session = Session(env, toolchain.ctest, patched, baseline, build_prefix)
+    tracker = progress.Progress(groups, progress.last_report(ctx.cache, groups))
+    reported: list[str] = []
+
+    def finished(part: str, checks: list[Check], seconds: float) -> None:
+        reported.append(part)
+        log.detail(tracker.line(part, checks, seconds))
+
+    session = Session(env, toolchain.ctest, patched, baseline, build_prefix, on_part=finished)
     results: list[Check] = []
     for group in groups:
         start = time.monotonic()
         with log.step(f"verify {group}"):
-            results += load(group).verify(session)
+            checks = load(group).verify(session)
+            if not any(part.startswith(f"{group}/") for part in reported):  # a group of one part
+                finished(group, checks, time.monotonic() - start)
+        results += checks
         session.durations[group] = round(time.monotonic() - start, 1)
 
     report = Report(

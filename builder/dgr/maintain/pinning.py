@@ -114,17 +114,30 @@ def new_lock(lock: UpstreamLock, target: Target) -> tuple[UpstreamLock, list[str
     return UpstreamLock(lock.repo, target.pin, _sources(lock, target.onto.sdist), targets), notes
 
 
+def _check_on(
+    ctx: Context,
+    lock: UpstreamLock,
+    target: Target,
+    patches: list[apply.PatchRef],
+    work: Path,
+    title: str,
+    repo: Repo | None = None,
+) -> rebase.RebaseReport:
+    """`rebase.check` of `patches` on the target, in a scratch repository under `work` (created)."""
+    pin_repo = upstream.obtain(ctx.cache, lock.pin, lock.sources).repo
+    identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
+    work.mkdir()
+    scratch = rebase.scratch_repo(work, [pin_repo, target.onto.repo])
+    with log.step(title):
+        return rebase.check(scratch, target.onto, lock.pin, patches, identity, work, repo)
+
+
 def _clean_on(
     ctx: Context, lock: UpstreamLock, target: Target, patches: list[apply.PatchRef], tmp: Path
 ) -> None:
     """Every patch applies with plain `git am` on the target, in order; ApplyError (exit 5) otherwise."""
-    pin_repo = upstream.obtain(ctx.cache, lock.pin, lock.sources).repo
-    identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
-    work = tmp / "check"
-    work.mkdir()
-    scratch = rebase.scratch_repo(work, [pin_repo, target.onto.repo])
-    with log.step(f"apply {len(patches)} patch(es) onto {target.pin.short} with plain git am"):
-        report = rebase.check(scratch, target.onto, lock.pin, patches, identity, work)
+    title = f"apply {len(patches)} patch(es) onto {target.pin.short} with plain git am"
+    report = _check_on(ctx, lock, target, patches, tmp / "check", title)
     unclean = [p for p in report.patches if p.status != "clean"]
     if unclean:
         raise ApplyError(
@@ -176,13 +189,8 @@ def _refuse_redundant(ctx: Context, lock: UpstreamLock, target: Target, tmp: Pat
     applies there in reverse, as `rebase-check` reports it): the series drops it before the pin moves."""
     repo = ctx.repo.for_port(target.port) if target.port is not None else ctx.repo
     refs = apply.verified_series(repo)
-    pin_repo = upstream.obtain(ctx.cache, lock.pin, lock.sources).repo
-    identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
-    where = tmp / "redundant"
-    where.mkdir()
-    scratch = rebase.scratch_repo(where, [pin_repo, target.onto.repo])
-    with log.step(f"which patches {target.pin.short} has already"):
-        report = rebase.check(scratch, target.onto, lock.pin, refs, identity, where, repo)
+    title = f"which patches {target.pin.short} has already"
+    report = _check_on(ctx, lock, target, refs, tmp / "redundant", title, repo)
     redundant = [p.name for p in report.patches if p.status == "redundant"]
     if redundant:
         raise UsageError(

@@ -25,7 +25,7 @@ from dgr.maintain import rules
 from dgr.series import generated, patchfile
 from dgr.sources import pypi, upstream
 
-_PYPI = re.compile(r"^pypi:([A-Za-z0-9._-]+)==([A-Za-z0-9.+!-]+)$")
+PYPI = re.compile(r"^pypi:([A-Za-z0-9._-]+)==([A-Za-z0-9.+!-]+)$")
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 DEFAULT_SUBDIR = "vendor/llama.cpp"
 
@@ -64,7 +64,7 @@ def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tm
     stage = tmp / "onto.git"
     gitops.init_bare(stage)
     sdist: SdistRef | None = None
-    if match := _PYPI.match(spec):
+    if match := PYPI.match(spec):
         package, version = match.groups()
         log.warn(f"{spec} has no entry in locks/upstream.toml [rebase.targets]: its sdist is UNVERIFIED")
         filename = f"{package.replace('-', '_')}-{version}.tar.gz"

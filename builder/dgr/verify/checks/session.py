@@ -46,6 +46,8 @@ class Session:
     """The build of the first k patches of the series (cached by its own inputs digest)."""
     native_ran: TestRun | None = None
     durations: dict[str, float] = field(default_factory=dict)
+    on_part: Callable[[str, list[Check], float], None] | None = None
+    """Called as each timed part finishes, with its name, checks and seconds (`dgr verify`'s progress)."""
 
     def upstream_build(self) -> Built:
         """The upstream-only build (there is one when a group with `needs_baseline` runs)."""
@@ -56,6 +58,8 @@ class Session:
         start = time.monotonic()
         checks = run()
         self.durations[part] = round(time.monotonic() - start, 1)
+        if self.on_part is not None:
+            self.on_part(part, checks, time.monotonic() - start)
         return checks
 
 
