@@ -115,6 +115,11 @@ class VerifyError(DgrError):
     label = "verify"
 
 
+class StaleError(VerifyError):
+    """A verify report or bench result of the current inputs, run by another harness or against other models
+    than the repository's now (exit 9, as a missing one): the message names it, the detail what changed."""
+
+
 class NetworkError(DgrError):
     """A download or remote fetch could not reach the network (exit 10)."""
 

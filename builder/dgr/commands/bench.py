@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from dgr.builds import build, buildplan, buildtime
+from dgr.builds import build, buildplan, buildtime, harness
 from dgr.contracts import locks
 from dgr.contracts.bench import BenchModel, BenchResult, MemoryRow, SplitCost
 from dgr.contracts.upstreambench import Comparison, Rpc
@@ -28,6 +28,7 @@ from dgr.verify.models import inventory
 
 def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
+    ran = harness.current(ctx.repo)  # what measures, read before it runs
     out_dir = Path(args.out) if args.out else ctx.cache.root / "bench"
     writable_dir(out_dir, "--out")  # before an hour of measuring, not after
     if args.fuzz:
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         models=others,
         upstream_comparison=Comparison.from_json(extra["upstream_comparison"]) if extra else None,
         rpc=Rpc.from_json(extra["rpc"]) if extra else None,
+        harness=ran,
     )
     data = (json.dumps(result.to_json(), indent=2) + "\n").encode()
     write_atomic(out_dir / "bench.json", data)

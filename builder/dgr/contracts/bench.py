@@ -13,6 +13,7 @@ from dgr.contracts.fields import (
     figures_of,
     typed,
 )
+from dgr.contracts.harness import Harness
 from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.errors import ConfigError
 
@@ -190,6 +191,8 @@ class BenchResult:
     upstream_comparison: Comparison | None = None
     rpc: Rpc | None = None
     """`--rpc`: the comparisons with upstream (both or neither)."""
+    harness: Harness | None = None
+    """What measured (dgr.contracts.harness); None: a result of a dgr that did not record it."""
     format: int = BENCH_FORMAT
 
     def summary(self) -> dict[str, Any]:
@@ -235,6 +238,8 @@ class BenchResult:
             data["upstream_comparison"] = self.upstream_comparison.to_json()
         if self.rpc is not None:
             data["rpc"] = self.rpc.to_json()
+        if self.harness is not None:
+            data["harness"] = self.harness.to_json()
         return data
 
     @classmethod
@@ -281,5 +286,6 @@ class BenchResult:
                 else None
             ),
             rpc=Rpc.from_json(d["rpc"], f"{where}.rpc") if "rpc" in d else None,
+            harness=Harness.from_json(d["harness"], f"{where}.harness") if "harness" in d else None,
             format=fmt,
         )
