@@ -271,11 +271,21 @@ def build_parser() -> argparse.ArgumentParser:
         "the RPC backend beside layer ranges",
     )
     p.add_argument(
+        "--fuzz-only",
+        action="store_true",
+        help="only fuzz the worker's decoders (no build, no measurement, no bench.json): what CI runs",
+    )
+    p.add_argument(
         "--fuzz-runs",
         type=positive,
-        default=1_000_000,
         metavar="N",
-        help="fuzzer executions (default 1,000,000)",
+        help="fuzzer executions (default 1,000,000 unless --fuzz-seconds is given)",
+    )
+    p.add_argument(
+        "--fuzz-seconds",
+        type=positive,
+        metavar="N",
+        help="fuzz for at most N seconds (with --fuzz-runs: whichever ends first)",
     )
     _threads(p)
     p.add_argument(
