@@ -9,8 +9,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from dgr.builds import harness
 from dgr.contracts.report import GROUPS
+from dgr.core.paths import Repo, find_repo_root
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -198,6 +201,12 @@ def flip_byte(path: Path, offset: int = -2) -> None:
     path.write_bytes(bytes(data))
 
 
+def harness_json() -> dict[str, Any]:
+    """The harness of the repository of the test ($DGR_REPO, else this one) as reports and bench results
+    record it: a fake report or bench carries it to be current."""
+    return harness.current(Repo(find_repo_root())).to_json()
+
+
 def write_report(
     digest: str,
     passed: bool = True,
@@ -229,6 +238,7 @@ def write_report(
         "passed": passed,
         "durations_s": {},
         "checks": checks,
+        "harness": harness_json(),
     }
     path = Path(os.environ["DGR_CACHE_DIR"]) / "reports" / f"{digest}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

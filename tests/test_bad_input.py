@@ -86,7 +86,10 @@ def test_a_model_that_is_not_gguf(repo: Path, tmp_path: Path, capsys: pytest.Cap
     fake = tmp_path / "model.gguf"
     fake.write_text("not a model")
     code, err = run(capsys, "generate", "--model", str(fake), "hi")
-    assert code == 8 and f"--model {fake}: not a GGUF model" in err
+    assert (
+        code == 8
+        and f"--model {fake}: not a valid GGUF file: at byte 0, magic: b'not ' is not b'GGUF'" in err
+    )
 
 
 @pytest.mark.parametrize(

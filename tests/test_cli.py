@@ -90,10 +90,10 @@ def test_an_unexpected_exception_is_an_internal_error(
     if verbose:
         assert "Traceback (most recent call last)" in err and "in crash" in err
     else:
-        assert "Traceback" not in err
+        assert "Traceback" not in err and err.endswith("\n")
         assert err.splitlines() == [
             "dgr: internal error: KeyError: 'no such thing'",
-            "  next: rerun with -v for the traceback",
+            "  next: rerun with -v for the traceback: `dgr -v check`",
         ]
 
 

@@ -80,6 +80,7 @@ def fake_bench(digest: str, text: str, model_sha256: str) -> dict[str, Any]:
         "machine": {"date": "2026-12-01T00:00:00Z", "cpu": "e2e", "cores": 2},
         "quick": True,
         "inputs_digest": digest,
+        "harness": helpers.harness_json(),
         "upstream_comparison": {
             "model": {"file": "model.gguf", "sha256": model_sha256},
             "threads": 2,

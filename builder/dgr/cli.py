@@ -9,6 +9,7 @@ import importlib
 import importlib.metadata
 import os
 import re
+import shlex
 import signal
 import sys
 import traceback
@@ -270,11 +271,21 @@ def build_parser() -> argparse.ArgumentParser:
         "the RPC backend beside layer ranges",
     )
     p.add_argument(
+        "--fuzz-only",
+        action="store_true",
+        help="only fuzz the worker's decoders (no build, no measurement, no bench.json): what CI runs",
+    )
+    p.add_argument(
         "--fuzz-runs",
         type=positive,
-        default=1_000_000,
         metavar="N",
-        help="fuzzer executions (default 1,000,000)",
+        help="fuzzer executions (default 1,000,000 unless --fuzz-seconds is given)",
+    )
+    p.add_argument(
+        "--fuzz-seconds",
+        type=positive,
+        metavar="N",
+        help="fuzz for at most N seconds (with --fuzz-runs: whichever ends first)",
     )
     _threads(p)
     p.add_argument(
@@ -326,13 +337,13 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _internal_error(exc: Exception) -> int:
+def _internal_error(exc: Exception, argv: Sequence[str]) -> int:
     message = " ".join(str(exc).split()) or "(no message)"
     if log.is_verbose():
         traceback.print_exception(exc, file=sys.stderr)
         hint = "this is a bug in dgr: please report it with the traceback above"
     else:
-        hint = "rerun with -v for the traceback"
+        hint = f"rerun with -v for the traceback: `{shlex.join(['dgr', '-v', *argv])}`"
     print(InternalError(f"{type(exc).__name__}: {message}", hint=hint).render(), file=sys.stderr)
     return InternalError.exit_code
 
@@ -385,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as exc:  # anything else is a bug of dgr: one line, the traceback only with -v
-        return _internal_error(exc)
+        return _internal_error(exc, sys.argv[1:] if argv is None else argv)
     finally:
         signal.signal(signal.SIGTERM, previous)
 

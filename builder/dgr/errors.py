@@ -96,6 +96,11 @@ class VerifyError(DgrError, code=9, label="verify"):
     report exists for the inputs (`export-upstream`, `pin`) (exit 9)."""
 
 
+class StaleError(VerifyError):
+    """A verify report or bench result of the current inputs, run by another harness or against other models
+    than the repository's now (exit 9, as a missing one): the message names it, the detail what changed."""
+
+
 class NetworkError(DgrError, code=10, label="network"):
     """A download or remote fetch could not reach the network (exit 10)."""
 

@@ -258,6 +258,7 @@ def bench_data(inputs: str) -> dict[str, Any]:
         "machine": {"date": "2026-12-01T20:00:00Z", "cpu": "Fixture CPU", "cores": 2},
         "quick": False,
         "inputs_digest": inputs,
+        "harness": helpers.harness_json(),
         "upstream_comparison": {
             "model": {"file": "SmolLM2-135M-Instruct.Q4_1.gguf", "sha256": helpers_model_sha256()},
             "threads": 2,

@@ -2,7 +2,8 @@
 `reports/<inputs-digest>-<group>-....json` (a subset, from `dgr verify --only`).
 
 `dgr verify` writes them; `dgr export-upstream` and `dgr pin` accept only a complete pass for the inputs
-digest they are about."""
+digest they are about, run by the harness and against the models of the repository as it is now (a report
+of another harness is stale: dgr.contracts.harness)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from dgr.contracts.harness import Harness
 from dgr.contracts.report import GROUPS, Group, Report
 from dgr.core.digest import sha256_bytes
 from dgr.core.fs import read_or_refuse, write_atomic
 from dgr.core.paths import Cache
-from dgr.errors import ConfigError, VerifyError
+from dgr.errors import ConfigError, StaleError, VerifyError
 
 VERIFY_HINT = "run `dgr verify` (all groups) for the current inputs, then this command again"
 
@@ -41,8 +43,9 @@ class Stored:
     report: Report
 
 
-def load_passing(cache: Cache, digest: str, hint: str = VERIFY_HINT) -> Stored:
-    """The report of `digest`; VerifyError unless it exists, is well-formed, passed and covers every group."""
+def load_passing(cache: Cache, digest: str, harness: Harness, hint: str = VERIFY_HINT) -> Stored:
+    """The report of `digest`; VerifyError unless it exists, is well-formed, passed, covers every group and
+    was run by `harness` (the current one: dgr.builds.harness)."""
     rel = name(digest)
     path = cache.root / rel
     raw = read_or_refuse(path, "there is no verify report for the current inputs", hint, VerifyError)
@@ -57,6 +60,13 @@ def load_passing(cache: Cache, digest: str, hint: str = VERIFY_HINT) -> Stored:
         raise VerifyError(
             "the verify report for the current inputs is not a complete pass",
             detail=f"{path}:\n" + "\n".join(f"- {p}" for p in problems),
+            hint=hint,
+        )
+    changed = report.stale(harness)
+    if changed:
+        raise StaleError(
+            f"the verify report {path} is stale: the harness or the model lock changed since it ran",
+            detail="\n".join(f"- {c}" for c in changed),
             hint=hint,
         )
     return Stored(rel, sha256_bytes(raw), report)

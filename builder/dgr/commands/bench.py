@@ -1,6 +1,10 @@
 """`dgr bench [--json] [--quick] [--fuzz] [--out DIR]`: runs the measurements of dgr.verify.bench and the
 build timing (dgr.builds.buildtime), writes bench.json, figures.md (the report) and memory.png, prints the
-report."""
+report.
+
+`dgr bench --fuzz-only [--fuzz-seconds N] [--json]`: the fuzzing alone (what CI runs), without a build or a
+measurement: the harness is built with clang against the pinned upstream's `vendor/` (read from the verified
+upstream repository); prints the result (bench.json is not written); exit 1 on a finding."""
 
 from __future__ import annotations
 
@@ -9,9 +13,11 @@ import dataclasses
 import json
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from dgr.builds import build, buildplan, buildtime
+from dgr.builds import build, buildplan, buildtime, harness
 from dgr.contracts import locks
 from dgr.contracts.bench import BENCH_FORMAT, TARGETS, BenchModel, BenchResult, ModelBench
 from dgr.contracts.upstreambench import Comparison, Rpc
@@ -25,9 +31,46 @@ from dgr.sources import model, upstream
 from dgr.verify.bench import codec, fuzz, machine, memory, model_bench, quality, rpc, split
 from dgr.verify.models import inventory
 
+FUZZ_VENDOR = "vendor/nlohmann"
+"""What the decoders include of upstream's tree (nlohmann/json)."""
+
+
+def fuzz_only(ctx: Context, args: argparse.Namespace) -> int:
+    """`--fuzz-only`: the decoders under libFuzzer for `--fuzz-seconds` (or `--fuzz-runs`), nothing else."""
+    fuzz.compiler()
+    pin, sources = upstream.select(locks.load_upstream(ctx.repo.locks_dir), None)
+    got = upstream.obtain(ctx.cache, pin, sources)
+    vendor = ctx.cache.root / "fuzz" / "vendor"
+    listed = gitops.out(["ls-tree", "-r", "--name-only", pin.commit, "--", FUZZ_VENDOR], cwd=got.repo)
+    for name in listed.splitlines():
+        text = gitops.file_at(got.repo, pin.commit, name)
+        write_atomic(vendor / Path(name).relative_to("vendor"), text.encode(errors="surrogateescape"))
+    with log.step("fuzz the worker's decoders"):
+        fuzzed = fuzz.run(ctx, vendor, args.fuzz_runs, args.fuzz_seconds)
+    if args.json:
+        print(json.dumps(fuzzed, indent=2))
+    else:
+        print(fuzz_text(fuzzed))
+    crashed(fuzzed)
+    return EXIT_OK
+
+
+def crashed(fuzzed: dict[str, Any] | None) -> None:
+    """BenchError (exit 1) naming what libFuzzer found, when it found something."""
+    if fuzzed is not None and fuzzed.get("crashes", 0):
+        found = str(fuzzed.get("findings", "")) or "(no file written)"
+        raise BenchError(
+            f"the fuzzer found a crash (libFuzzer exit {fuzzed.get('exit_code')}): {found}",
+            detail=str(fuzzed.get("tail", "")),
+            hint=f"reproduce it with `{fuzzed.get('binary')} {found.split(', ')[0]}`",
+        )
+
 
 def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
+    if args.fuzz_only:
+        return fuzz_only(ctx, args)
+    ran = harness.current(ctx.repo)  # what measures, read before it runs
     out_dir = Path(args.out) if args.out else ctx.cache.root / "bench"
     writable_dir(out_dir, "--out")  # before an hour of measuring, not after
     if args.fuzz:
@@ -56,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     fuzzed = None
     if args.fuzz:
         with log.step("fuzz the worker's decoders"):
-            fuzzed = fuzz.run(ctx, Path(built.manifest.build.source_dir), args.fuzz_runs)
+            vendor = Path(built.manifest.build.source_dir) / "vendor"
+            fuzzed = fuzz.run(ctx, vendor, args.fuzz_runs, args.fuzz_seconds)
     extra = (
         beside_upstream(ctx, bin_dir / "layer-worker", [model_path, *other_paths], inv.n_layer, args)
         if args.rpc
@@ -95,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         models=others,
         upstream_comparison=extra.comparison if extra else None,
         rpc=extra.rpc if extra else None,
+        harness=ran,
     )
     data = (json.dumps(result.to_json(), indent=2) + "\n").encode()
     write_atomic(out_dir / "bench.json", data)
@@ -104,8 +149,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(report_text(result))
     log.info(f"results: {out_dir / 'bench.json'}" + (f", chart: {png}" if png else ""))
-    if fuzzed is not None and fuzzed.get("crashes", 0):
-        raise BenchError("the fuzzer found a crash", detail=str(fuzzed.get("tail", "")))
+    crashed(fuzzed)
     return EXIT_OK
 
 
@@ -242,6 +286,15 @@ def target_lines(r: BenchResult) -> list[str]:
     return lines
 
 
+def fuzz_text(f: Mapping[str, Any]) -> str:
+    if not f.get("ran"):
+        return f"fuzz: not run ({f.get('reason', '')})"
+    return (
+        f"fuzz: {f.get('executions', 0)} executions in {f.get('seconds', 0)} s "
+        f"({f.get('exec_per_s', 0)}/s), {f.get('crashes', 0)} crashes"
+    )
+
+
 def report_text(r: BenchResult) -> str:
     m = r.machine
     lines = [f"dgr bench {m.date} on {m.cpu} ({m.cores} cores){' (quick)' if r.quick else ''}"]
@@ -267,12 +320,7 @@ def report_text(r: BenchResult) -> str:
         line += f"; cold dgr {cold}"
     lines.append(line)
     if r.fuzz is not None:
-        f = r.fuzz
-        lines.append(
-            f"fuzz: {f.get('executions', 0)} executions, {f.get('crashes', 0)} crashes"
-            if f.get("ran")
-            else f"fuzz: not run ({f.get('reason', '')})"
-        )
+        lines.append(fuzz_text(r.fuzz))
     lines += upstream_lines(r)
     lines.append("")
     lines += target_lines(r)

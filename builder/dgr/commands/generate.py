@@ -64,8 +64,8 @@ def model_layers(path: Path) -> int:
         raise ConfigError(f"--model {path}: no such file", hint="give the path of a GGUF model file")
     try:
         return inventory.read(path).n_layer
-    except (ValueError, OSError) as exc:
-        raise ConfigError(f"--model {path}: not a GGUF model ({exc})", hint="give a GGUF model file") from exc
+    except ConfigError as exc:  # a broken file: the offset and the field
+        raise ConfigError(f"--model {exc.what}", detail=exc.detail, hint=exc.hint) from exc
 
 
 def ranges_of(text: str | None, n_layer: int) -> list[tuple[int, int]]:

@@ -8,10 +8,10 @@ import argparse
 import json
 from dataclasses import asdict, dataclass, field
 
-from dgr.builds import buildcache, buildplan, reportstore
+from dgr.builds import buildcache, buildplan, harness, reportstore
 from dgr.contracts import locks
 from dgr.core.paths import Context
-from dgr.errors import EXIT_OK, DgrError
+from dgr.errors import EXIT_OK, DgrError, StaleError
 from dgr.export import measured
 from dgr.git import gitops
 from dgr.maintain import editing
@@ -48,16 +48,18 @@ def status(ctx: Context) -> Status:
     edit_dir, unexported = _edit_tree(ctx, lock.pin.commit)
     published = buildcache.BuildStore(ctx.cache).path(plan.digest)
     build = str(published) if (published / buildcache.MANIFEST).is_file() else None
+    current = harness.current(ctx.repo)
     try:
-        stored = reportstore.load_passing(ctx.cache, plan.digest)
+        stored = reportstore.load_passing(ctx.cache, plan.digest, current)
         verify = f"passed: {len(stored.report.checks)} checks ({stored.name})"
     except DgrError as exc:
-        verify = f"missing: {exc.what}"
+        verify = f"{'stale' if isinstance(exc, StaleError) else 'missing'}: {exc.what}"
     try:
-        measured.load(ctx.cache.root / "bench" / "bench.json", plan.digest)
+        models = locks.load_models(ctx.repo.locks_dir)
+        measured.load(ctx.cache.root / "bench" / "bench.json", plan.digest, current, models)
         bench = "current (`dgr bench --rpc` of these inputs)"
     except DgrError as exc:
-        bench = f"missing: {exc.what}"
+        bench = f"{'stale' if isinstance(exc, StaleError) else 'missing'}: {exc.what}"
     result = Status(
         pin=f"llama.cpp {lock.pin.commit} ({lock.pin.commit_date.date()})",
         series=[ref.name for ref in plan.patches],

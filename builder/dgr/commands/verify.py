@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from dgr.builds import build, buildplan, reportstore
+from dgr.builds import build, buildplan, harness, reportstore
 from dgr.builds.cmake import Toolchain
 from dgr.contracts import locks
 from dgr.contracts.report import GROUPS, Check, Group, Report
@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("ASAN_OPTIONS", "halt_on_error=1:detect_leaks=1")
         os.environ.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
     ctx = Context.discover()
+    ran = harness.current(ctx.repo)  # what runs the checks, read before they run
     patched = build.run(ctx, buildplan.Request(mirror=args.mirror, upstream=args.upstream, sanitize=sanitize))
     baseline = (
         build.run(
@@ -102,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         groups=groups,
         durations_s=session.durations,
         checks=tuple(results),
+        harness=ran,
     )
     path, data = reportstore.write(ctx.cache, report)
     if args.junit:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from dgr.contracts import convert
+from dgr.contracts.harness import Harness
 from dgr.contracts.paired import Paired
 from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.errors import ConfigError
@@ -182,6 +183,8 @@ class BenchResult(convert.Record):
     upstream_comparison: Comparison | None = field(default=None, metadata=convert.OMIT_NONE)
     rpc: Rpc | None = field(default=None, metadata=convert.OMIT_NONE)
     """`--rpc`: the comparisons with upstream (both or neither)."""
+    harness: Harness | None = field(default=None, metadata=convert.OMIT_NONE)
+    """What measured (dgr.contracts.harness); None: a result of a dgr that did not record it."""
 
     def all_models(self) -> dict[str, ModelBench]:
         """Every model by name, the default first, each with its split cost, memory and comparison."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Self, get_args
 
 from dgr.contracts import convert
+from dgr.contracts.harness import Harness
 from dgr.errors import ConfigError
 
 # the registry of verify groups: one line per group, in the order they run; the group `<name>` is the
@@ -49,7 +50,8 @@ class Check(convert.Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Report(convert.Record):
-    """The report of one `dgr verify` run over the inputs `inputs_digest` (and the unpatched baseline)."""
+    """The report of one `dgr verify` run over the inputs `inputs_digest` (and the unpatched baseline), with
+    the harness that ran the checks (None: a report of a dgr that did not record it)."""
 
     format: int = REPORT_FORMAT
     inputs_digest: str
@@ -57,6 +59,7 @@ class Report(convert.Record):
     groups: tuple[Group, ...]
     durations_s: Mapping[str, float] = field(default_factory=dict)
     checks: tuple[Check, ...]
+    harness: Harness | None = field(default=None, metadata=convert.OMIT_NONE)
 
     @property
     def passed(self) -> bool:
@@ -80,6 +83,12 @@ class Report(convert.Record):
         if failed:
             found.append(f"{len(failed)} check(s) failed: {', '.join(failed)}")
         return found
+
+    def stale(self, current: Harness) -> list[str]:
+        """What changed in the harness (or the model lock) since the checks ran (empty: nothing)."""
+        if self.harness is None:
+            return ["it does not record the harness that ran its checks (a report of an older dgr)"]
+        return self.harness.changes(current)
 
     def to_json(self) -> dict[str, Any]:
         data = convert.to_json(self)

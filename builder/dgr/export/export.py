@@ -7,7 +7,8 @@ Steps (nothing is written unless every one succeeds):
  3. apply the series with `git am` on the pinned commit in a temporary worktree (ApplyError, exit 5);
  4. lint each patch: words of ours, `git diff --check`, files outside its concern (LintError, exit 7);
  5. read the passing verify report of the inputs digest, and the bench result measured on the same inputs
-    with `--rpc` (VerifyError, exit 9);
+    with `--rpc`, both by the current harness (the checks' sources and the model lock), the bench with the
+    locked models (VerifyError, exit 9);
  6. make one branch per pull request (the commits without our trailers, dgr.export.branches) and its git
     bundle; fetch each bundle into a fresh repository that has the pin and compare its tree with the series'
     (ApplyError, exit 5);
@@ -27,7 +28,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from dgr.builds import buildplan, reportstore
+from dgr.builds import buildplan, harness, reportstore
 from dgr.contracts import locks
 from dgr.core import log
 from dgr.core.digest import sha256_bytes
@@ -126,9 +127,10 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
                 hint="repair the patch (`dgr edit`, then `dgr export-patches`), or fix the concern's "
                 f"paths in {PACKAGE_DIR}/{CONFIG_FILE}",
             )
-        report = reportstore.load_passing(ctx.cache, plan.digest, render.VERIFY_HINT)
+        ran = harness.current(repo)
+        report = reportstore.load_passing(ctx.cache, plan.digest, ran, render.VERIFY_HINT)
         bench_path = bench or ctx.cache.root / "bench" / "bench.json"
-        result = measured.load(bench_path, plan.digest)
+        result = measured.load(bench_path, plan.digest, ran, locks.load_models(repo.locks_dir))
         with log.step(f"make {len(config.pulls)} branch(es) and their bundles"):
             made = branches.make(series, config.pulls, config.drop_trailers, identity, tmp / "branches")
             branches.check(series, made, tmp / "check")
@@ -139,8 +141,6 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
             )
         with log.step("render the package"):
             files = render.read_upstream(got.repo, pin.commit, config.upstream)
-            sha = result.comparison.model_sha256
-            model_lock = next((m for m in locks.load_models(repo.locks_dir).all() if m.sha256 == sha), None)
             context = render.context(
                 config,
                 plan,
@@ -149,7 +149,7 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
                 report,
                 result,
                 files,
-                model_lock,
+                result.model,
                 rules,
             )
             documents = render.render_all(env, context)

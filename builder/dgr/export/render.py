@@ -290,7 +290,7 @@ def context(
     stored: Stored,
     measured: Measured,
     files: UpstreamFiles,
-    model: modellock.ModelLock | None,
+    model: modellock.ModelLock,
     rules: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Everything the templates show, derived from the inputs, in series order; `rules`: the rule of each
@@ -446,7 +446,7 @@ def context(
             for arg in _after(measured.rpc.head_args, "--rpc")
             for a in arg.split(",")
         ],
-        "model": {"wheels": _wheels(model)} if model is not None else None,
+        "model": {"wheels": _wheels(model)},
         "cmake_options": _cmake_options(plan.toolchain_lock),
         "questions": config.questions,
         "line_globs": {"tests": config.test_paths, "mechanical": config.mechanical_paths},

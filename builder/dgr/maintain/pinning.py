@@ -22,7 +22,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dgr.builds import buildplan, reportstore
+from dgr.builds import buildplan, harness, reportstore
 from dgr.contracts import locks
 from dgr.contracts.locks import Pin, RebaseTarget, SdistRef, Source, UpstreamLock
 from dgr.core import log
@@ -240,7 +240,8 @@ def move(ctx: Context, spec: str, mirror: Path | None = None, allow_older: bool 
         moved, notes = new_lock(lock, target)
         change = Change(moved, series, patches, notes=notes)
         digest = _staged_digest(ctx, change, tmp)
-        reportstore.load_passing(ctx.cache, digest, hint=_report_hint(ctx, lock, target, change))
+        current = harness.current(ctx.repo)
+        reportstore.load_passing(ctx.cache, digest, current, hint=_report_hint(ctx, lock, target, change))
         _keep_upstream(ctx.cache, target)
     change.removes = _removes(ctx.repo, change, target.port)
     write_all_atomic(change.files(ctx.repo), change.removes)

@@ -1,4 +1,8 @@
-"""The worker's decoders (frames, fragments, bundles) under libFuzzer with ASan and UBSan."""
+"""The worker's decoders (frames, fragments, bundles) under libFuzzer with ASan and UBSan: a number of
+executions (`dgr bench --fuzz`) or a time limit (`dgr bench --fuzz-only --fuzz-seconds N`, what CI runs).
+
+libFuzzer writes what it finds (`crash-<sha1>`, `timeout-…`, `leak-…`) into the cache's `fuzz/findings/`
+and exits non-zero; the result records the exit code and the tail of its report, and the command fails."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ from dgr.core.paths import Context
 from dgr.errors import BenchError, ConfigError
 from dgr.verify.wire import bundle, frames
 
+DEFAULT_RUNS = 1_000_000
+
 
 def compiler() -> str:
     """clang++ with libFuzzer; ConfigError (exit 8), saying what to install, when the machine has none."""
@@ -27,8 +33,11 @@ def compiler() -> str:
     return clang
 
 
-def run(ctx: Context, source_dir: Path, runs: int) -> dict[str, int | float | str | bool]:
-    """Build the libFuzzer harness of the worker's decoders with clang and run it."""
+def run(
+    ctx: Context, vendor_dir: Path, runs: int | None, seconds: int | None = None
+) -> dict[str, int | float | str | bool]:
+    """Build the libFuzzer harness of the worker's decoders with clang (`vendor_dir`: upstream's `vendor/`,
+    for nlohmann/json) and run it for `runs` executions or `seconds`, whichever ends first."""
     clang = compiler()
     work = ctx.cache.root / "fuzz"
     work.mkdir(parents=True, exist_ok=True)
@@ -43,7 +52,7 @@ def run(ctx: Context, source_dir: Path, runs: int) -> dict[str, int | float | st
             "-fsanitize=fuzzer,address,undefined",
             "-fno-sanitize-recover=undefined",
             f"-I{worker_dir}",
-            f"-I{source_dir / 'vendor'}",
+            f"-I{vendor_dir}",
             worker_dir / "fuzz_decoders.cpp",
             worker_dir / "bundle.cpp",
             worker_dir / "frame.cpp",
@@ -62,22 +71,39 @@ def run(ctx: Context, source_dir: Path, runs: int) -> dict[str, int | float | st
 
     (corpus / "seed-bundle").write_bytes(sample)
     (corpus / "seed-frames").write_bytes(frames.encode_message({"id": 1, "op": "decode"}, sample, 64))
+    findings = work / "findings"
+    findings.mkdir(exist_ok=True)
+    before = set(findings.iterdir())
+    limits = ([f"-runs={runs}"] if runs is not None else []) + (
+        [f"-max_total_time={seconds}"] if seconds is not None else []
+    )
     start = time.monotonic()
     result = proc.run(
-        [binary, f"-runs={runs}", "-max_len=4096", "-timeout=10", "-print_final_stats=1", corpus],
+        [
+            binary,
+            *(limits or [f"-runs={DEFAULT_RUNS}"]),
+            "-max_len=4096",
+            "-timeout=10",
+            "-print_final_stats=1",
+            f"-artifact_prefix={findings}/",
+            corpus,
+        ],
         check=False,
-        timeout=3600,
+        timeout=3600 if seconds is None else seconds + 600,
     )
-    seconds = time.monotonic() - start
+    elapsed = time.monotonic() - start
     stats = dict(re.findall(r"^stat::(\w+):\s+(\d+)", result.stderr, re.M))
     crashed = result.returncode != 0
     return {
         "ran": True,
-        "runs_requested": runs,
+        **({"runs_requested": runs} if runs is not None else {}),
+        **({"seconds_requested": seconds} if seconds is not None else {}),
         "executions": int(stats.get("number_of_executed_units", 0)),
-        "seconds": round(seconds, 1),
+        "seconds": round(elapsed, 1),
         "exec_per_s": int(stats.get("average_exec_per_sec", 0)),
         "crashes": int(crashed),
         "exit_code": result.returncode,
         "tail": result.stderr[-1500:] if crashed else "",
+        "findings": ", ".join(str(p) for p in sorted(set(findings.iterdir()) - before)),
+        "binary": str(binary),
     }

@@ -1,5 +1,5 @@
-"""A model's tensor inventory read from the GGUF file with `gguf`, independently of llama.cpp, and the
-tensors a layer range must hold according to it."""
+"""A model's tensor inventory read from the GGUF file by dgr's own strict reader (dgr.verify.models.gguffile),
+independently of llama.cpp, and the tensors a layer range must hold according to it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
+from dgr.errors import ConfigError
+from dgr.verify.models import gguffile
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 # tensors used by every layer (Llama 3 RoPE frequency factors): every range holds them
@@ -57,24 +58,35 @@ class Inventory:
 
 
 def read(path: Path) -> Inventory:
-    reader = gguf.GGUFReader(str(path))
-    arch_field = reader.get_field("general.architecture")
-    if arch_field is None:
-        raise ValueError(f"{path}: no general.architecture")
-    arch = arch_field.contents()
-    block_count = reader.get_field(f"{arch}.block_count")
-    if block_count is None:
-        raise ValueError(f"{path}: no {arch}.block_count")
-    embedding_length = reader.get_field(f"{arch}.embedding_length")
-    if embedding_length is None:
-        raise ValueError(f"{path}: no {arch}.embedding_length")
-    tensors = {t.name: int(t.n_bytes) for t in reader.tensors}
+    """The inventory of the GGUF file at `path`; ConfigError (exit 8) naming the file and the offset or the
+    key when it is cut short, corrupt, or lacks what a model of the layer loop has."""
+    return of_header(path, gguffile.read(path))
+
+
+def of_header(path: Path, header: gguffile.Header) -> Inventory:
+    """The inventory of the GGUF header of the file `path`; ConfigError unless it names the architecture, its
+    layer count and its embedding width."""
+
+    def number(key: str) -> int:
+        value = header.metadata.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            found = "it is missing" if key not in header.metadata else f"{value!r} is not a positive integer"
+            raise ConfigError(f"{path}: not a model of layers: metadata {key}: {found}", hint=gguffile.HINT)
+        return value
+
+    arch = header.metadata.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise ConfigError(
+            f"{path}: not a model of layers: metadata general.architecture: "
+            + ("it is missing" if arch is None else f"{arch!r} is not a name"),
+            hint=gguffile.HINT,
+        )
     return Inventory(
         path=path,
-        arch=str(arch),
-        n_layer=int(block_count.contents()),
-        n_embd=int(embedding_length.contents()),
-        tensors=tensors,
+        arch=arch,
+        n_layer=number(f"{arch}.block_count"),
+        n_embd=number(f"{arch}.embedding_length"),
+        tensors={t.name: t.n_bytes for t in header.tensors},
     )
 
 
