@@ -230,17 +230,23 @@ def upstream_lines(r: BenchResult) -> list[str]:
             + f"; target {c.target}: {'met' if c.met else 'MISSED'}"
         )
     lines.append("")
-    lines.append(
-        "| engine | processes | start | bytes before 1st token | TTFT s | prefill t/s | decode t/s | same |"
-    )
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for row in r.rpc.rows:
-        lines.append(
-            f"| {row.engine} | {row.processes} | {row.start} | "
+    header = "engine | processes | start | bytes before 1st token | TTFT s | prefill t/s | decode t/s | same"
+    return lines + table(
+        header,
+        [
+            f"{row.engine} | {row.processes} | {row.start} | "
             f"{row.wire_bytes_before_first_token / 2**20:.1f} MiB | {row.ttft_s:.2f} | "
-            f"{row.prefill_tps:.1f} | {row.decode_tps:.1f} | {row.same_output} |"
-        )
-    return lines
+            f"{row.prefill_tps:.1f} | {row.decode_tps:.1f} | {row.same_output} "
+            f"({row.same_output_reps} of {r.rpc.reps or '?'})"
+            for row in r.rpc.rows
+        ],
+    )
+
+
+def table(header: str, rows: list[str]) -> list[str]:
+    """A Markdown table: `header` and each row are cells joined by " | "."""
+    rule = " | ".join("---" for _ in header.split(" | "))
+    return [f"| {line} |" for line in (header, rule, *rows)]
 
 
 def model_lines(m: ModelBench) -> list[str]:
@@ -263,16 +269,16 @@ def model_lines(m: ModelBench) -> list[str]:
             shards = " + ".join(f"{ms:.2f}" for ms in d.shard_step_ms)
             lines.append(f"- {wk.shards}: {d.whole_step_ms:.2f} | {shards} | {d.round_trip_ms:.3f}")
     lines.append("")
-    lines.append("memory per range (mmap off)")
-    lines.append("| layers | owned | model bytes | KV bytes | peak RSS | RSS fraction |")
-    lines.append("| --- | --- | --- | --- | --- | --- |")
-    for row in m.memory:
-        lines.append(
-            f"| [{row.layers[0]}, {row.layers[1]}) | {row.owned_fraction:.2f} | "
+    lines.append("memory per range (mmap off, after the same prefill in every range)")
+    return lines + table(
+        "layers | owned | model bytes | KV bytes | peak RSS | RSS fraction",
+        [
+            f"[{row.layers[0]}, {row.layers[1]}) | {row.owned_fraction:.2f} | "
             f"{row.model_bytes / 2**20:.1f} MiB | {row.kv_bytes / 2**20:.1f} MiB | "
-            f"{row.peak_rss / 2**20:.1f} MiB | {row.peak_rss_fraction:.2f} |"
-        )
-    return lines
+            f"{row.peak_rss / 2**20:.1f} MiB | {row.peak_rss_fraction:.2f}"
+            for row in m.memory
+        ],
+    )
 
 
 def target_lines(r: BenchResult) -> list[str]:

@@ -158,12 +158,13 @@ def check_fragments(env: Env, m: RealModel) -> Check:
         out = split.step("frag", 1, 0, tokens, logits="all").logits
     exact = bool(np.array_equal(ref, out))
     bundle_bytes = PREFILL_TOKENS * m.inv.n_embd * 4
-    return Check(
-        group="boundary",
-        name=f"fragmented-bundles/{m.name}",
-        evidence=REAL_MODEL,
-        passed=exact,
-        figures={
+    problems = [] if exact else ["the logits through fragmented frames differ from the unsplit model's"]
+    return verdict(
+        "boundary",
+        f"fragmented-bundles/{m.name}",
+        REAL_MODEL,
+        problems,
+        {
             "max_body": FRAGMENT_BODY,
             "bundle_bytes": bundle_bytes,
             "fragments_per_bundle": -(-bundle_bytes // FRAGMENT_BODY),

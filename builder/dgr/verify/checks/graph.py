@@ -261,21 +261,15 @@ class GraphComparison:
             pg, bg = p.graphs[s], b.graphs[s]
             i = first_difference(pg.ops, bg.ops)
             j = first_difference(pg.shapes, bg.shapes)
-            if i is not None:
-                differences[s] = {
-                    "what": "op",
-                    "index": i,
-                    "patched": _at(pg.ops, i),
-                    "baseline": _at(bg.ops, i),
-                }
-            elif j is not None:
-                differences[s] = {
-                    "what": "shape",
-                    "index": j,
-                    "op": _at(pg.ops, j),
-                    "patched": _at(pg.shapes, j),
-                    "baseline": _at(bg.shapes, j),
-                }
+            # the first op that differs, else the first shape (named with its op)
+            what, k, lists = (
+                ("op", i, (pg.ops, bg.ops)) if i is not None else ("shape", j, (pg.shapes, bg.shapes))
+            )
+            if k is not None:
+                differences[s] = {"what": what, "index": k}
+                if what == "shape":
+                    differences[s]["op"] = _at(pg.ops, k)
+                differences[s] |= {"patched": _at(lists[0], k), "baseline": _at(lists[1], k)}
         if differences:
             figures["first_difference"] = differences
         if p.gguf != b.gguf:

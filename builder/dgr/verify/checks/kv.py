@@ -158,20 +158,20 @@ def check_truncate(env: Env, m: RealModel) -> Check:
         b, b_first = _continue(split, "fresh", n_keep, seq[n_keep], 16)
     max_abs = float(np.abs(a_first - b_first).max())
     passed = a == b and max_abs == 0.0 and all(r["n_pos"] == n_keep for r in replies)
-    return Check(
-        group="kv",
-        name=f"truncate-then-continue/{m.name}",
-        evidence=REAL_MODEL,
-        passed=passed,
-        figures={
+    problems = (
+        [] if passed else [f"truncated run {a} differs from the replayed session {b} (max abs {max_abs})"]
+    )
+    return verdict(
+        "kv",
+        f"truncate-then-continue/{m.name}",
+        REAL_MODEL,
+        problems,
+        {
             "n_keep": n_keep,
             "continued_tokens": len(a),
             "identical_tokens": a == b,
             "first_logits_max_abs_diff": max_abs,
         },
-        detail=""
-        if passed
-        else f"truncated run {a} differs from the replayed session {b} (max abs {max_abs})",
     )
 
 
