@@ -100,6 +100,18 @@ README = """# fake upstream
 """
 
 
+def checked_out_base(path: Path, base: str, later: str) -> FakeUpstream:
+    """The fake upstream at `path` with `base` checked out, and the trees of `base` and `later`."""
+    git(path, "checkout", "-q", base)
+    return FakeUpstream(
+        path,
+        base,
+        git(path, "rev-parse", f"{base}^{{tree}}"),
+        later,
+        git(path, "rev-parse", f"{later}^{{tree}}"),
+    )
+
+
 def make_fake_upstream(path: Path) -> FakeUpstream:
     path.mkdir(parents=True)
     git(path, "init", "-q", "-b", "master")
@@ -112,14 +124,7 @@ def make_fake_upstream(path: Path) -> FakeUpstream:
     (path / "README.md").write_text(README.replace("Hexagon [In Progress]", "Hexagon"))
     (path / "docs" / "build.md").write_text("# build\n\nRun cmake, then ninja.\n")
     later = commit_all(path, "upstream: later", date="1790820708 +0900")
-    git(path, "checkout", "-q", base)
-    return FakeUpstream(
-        path,
-        base,
-        git(path, "rev-parse", f"{base}^{{tree}}"),
-        later,
-        git(path, "rev-parse", f"{later}^{{tree}}"),
-    )
+    return checked_out_base(path, base, later)
 
 
 # the fixture page of the series' first patch, as a later upstream could merge it

@@ -17,7 +17,7 @@ from dgr.contracts.report import GROUPS
 from dgr.core.paths import Context
 
 from tests import helpers
-from tests.helpers import README, ROOT, FakeUpstream, commit_all, git, write_manifest
+from tests.helpers import README, ROOT, FakeUpstream, checked_out_base, commit_all, git, write_manifest
 
 # upstream's .github/pull_request_template.md at 0c1e570, as it is
 TEMPLATE = (helpers.FIXTURES / "pull_request_template.md").read_text()
@@ -58,14 +58,7 @@ def make_pr_upstream(path: Path) -> FakeUpstream:
     base = commit_all(path, "upstream: base", date="1786884793 +0200")
     (path / "docs" / "build.md").write_text(TEXT + "Then ninja.\n")
     later = commit_all(path, "upstream: later", date="1790820708 +0900")
-    git(path, "checkout", "-q", base)
-    return FakeUpstream(
-        path,
-        base,
-        git(path, "rev-parse", f"{base}^{{tree}}"),
-        later,
-        git(path, "rev-parse", f"{later}^{{tree}}"),
-    )
+    return checked_out_base(path, base, later)
 
 
 def config(
