@@ -19,7 +19,8 @@ from pathlib import Path
 from types import FrameType
 
 from dgr.commandref import COMMANDS
-from dgr.contracts.report import GROUPS
+from dgr.contracts.backend import BACKENDS
+from dgr.contracts.report import GPU_GROUPS, GROUPS
 from dgr.core import log
 from dgr.errors import EXIT_CODES, EXIT_INTERRUPTED, DgrError, InternalError, UsageError
 
@@ -75,6 +76,16 @@ def _sanitize(parser: argparse.ArgumentParser) -> None:
         "--sanitize",
         metavar="LIST",
         help="build (or use the build) with sanitizers: address,undefined (llama.cpp, ggml, the worker)",
+    )
+
+
+def _backend(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="cpu",
+        help="cpu (default), or a GPU backend built on top of it, with its own inputs digest "
+        "(locks/toolchain.toml [toolchain.backends.NAME])",
     )
 
 
@@ -174,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _flag(p, "--tools", "also build upstream's tools: perplexity, bench, rpc-server (locks/toolchain.toml)")
     _sanitize(p)
+    _backend(p)
 
     command("manifest")
 
@@ -238,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--only",
         metavar="GROUP[,GROUP]",
-        help=f"run only these groups: {', '.join(GROUPS)} (default: all)",
+        help=f"run only these groups: {', '.join(GROUPS)} (default: all); with a GPU --backend: "
+        f"{', '.join(GPU_GROUPS)}",
     )
     _flag(p, "--json", "print the report as JSON on stdout")
     p.add_argument("--junit", type=Path, metavar="FILE", help="also write the report as JUnit XML")
@@ -247,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--upstream", metavar="SPEC", help="verify the port of the series to a locked rebase target"
     )
     _sanitize(p)
+    _backend(p)
 
     p = command("export-upstream", mirror=True)
     p.add_argument(

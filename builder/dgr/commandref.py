@@ -108,7 +108,7 @@ COMMANDS: dict[str, Command] = {
                 ("dgr build", "the series on the pin; prints the build's directory"),
                 ("dgr build -j 2 --json", "two ninja jobs; the build manifest as JSON"),
                 ("dgr build --prefix 1", "the first patch only"),
-                ("dgr build --upstream-only", "the unpatched baseline"),
+                ("dgr build --backend vulkan", "with the Vulkan backend too (its own digest)"),
             ),
         ),
         Command(
@@ -169,8 +169,8 @@ COMMANDS: dict[str, Command] = {
             (
                 ("dgr verify", "every group (builds what is missing first)"),
                 ("dgr verify --only native,kv", "two groups"),
-                ("dgr verify --json --junit report.xml", "the report as JSON and JUnit XML"),
                 ("dgr verify --upstream pypi:llama-cpp-python==0.3.35", "the port to a locked target"),
+                ("dgr verify --backend vulkan", "the archs and offload groups on the first Vulkan device"),
             ),
         ),
         Command(

@@ -8,6 +8,9 @@
 #include "held.h"
 // the tensors a model holds and the buffers it allocated, read from the loaded model (internal, as upstream's tests do)
 #include "llama-model.h"
+#include "llama-kv-cache.h"
+#include "llama-kv-cache-iswa.h"
+#include "ggml-backend.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -244,6 +247,9 @@ json worker::op_load(const json & req) {
     const int32_t layer_begin = get_field<int32_t>(req, "layer_begin", 0);
     const int32_t layer_end   = get_field<int32_t>(req, "layer_end", -1);
     const bool    use_mmap    = get_field<bool>(req, "mmap", true);
+    // the layers to offload to the GPU devices, counted from the end of the range (llama.cpp's default when absent)
+    const bool    offload      = req.contains("n_gpu_layers");
+    const int32_t n_gpu_layers = get_field<int32_t>(req, "n_gpu_layers", -1);
     const bool    with_ctx    = get_field<bool>(req, "context", false);
 
     // every field is checked before the loaded model is dropped
@@ -271,6 +277,9 @@ json worker::op_load(const json & req) {
     llama_model_params mparams = llama_model_default_params();
     if (req.contains("mmap")) {
         mparams.load_mode = use_mmap ? LLAMA_LOAD_MODE_MMAP : LLAMA_LOAD_MODE_NONE;
+    }
+    if (offload) {
+        mparams.n_gpu_layers = n_gpu_layers;
     }
 #if WORKER_HAS_LAYER_RANGE
     if (ranged) {
@@ -329,7 +338,7 @@ json worker::op_load(const json & req) {
     json out = ownership();
     out["memory"] = op_memory();
     // true when the model was loaded with llama_model_default_params() as they are
-    out["default_params"] = !ranged && !req.contains("mmap");
+    out["default_params"] = !ranged && !req.contains("mmap") && !offload;
     return out;
 }
 
@@ -359,6 +368,21 @@ json worker::ownership() const {
         n_bytes += ggml_nbytes(t);
     }
     out["n_tensors"]   = tensors.size();
+    // where the weights are: the tensors in buffers of a device (not host memory), read from the buffers
+    json     on_device    = json::array();
+    uint64_t device_bytes = 0;
+    for (const auto & [name, t] : llama_internal_get_tensor_map(model_)) {
+        if (t->buffer != nullptr && !ggml_backend_buffer_is_host(t->buffer)) {
+            on_device.push_back(name);
+            device_bytes += ggml_nbytes(t);
+        }
+    }
+    out["device_tensors"] = on_device;
+    out["device_bytes"]   = device_bytes;
+    out["device_buffer_size"] = device_buffer_size();
+    if (ctx_) {
+        out["kv_layers"] = kv_layers();
+    }
     out["n_bytes"]     = n_bytes;
     out["model_size"]  = llama_model_size(model_);
     out["n_params"]    = llama_model_n_params(model_);
@@ -383,6 +407,38 @@ uint64_t worker::model_buffer_size() const {
     return size;
 }
 
+// bytes of the weight buffers that are not in host memory (those of the GPU devices)
+uint64_t worker::device_buffer_size() const {
+    uint64_t size = 0;
+    if (model_) {
+        for (const auto & [buft, n] : model_->memory_breakdown()) {
+            size += ggml_backend_buft_is_host(buft) ? 0 : n;
+        }
+    }
+    return size;
+}
+
+// the layers of the KV cache of the context: for each, where its K tensor is and its bytes
+json worker::kv_layers() const {
+    json out = json::array();
+    std::vector<const llama_kv_cache *> caches;
+    llama_memory_t mem = llama_get_memory(ctx_);
+    if (const auto * kv = dynamic_cast<const llama_kv_cache *>(mem)) {
+        caches.push_back(kv);
+    } else if (const auto * iswa = dynamic_cast<const llama_kv_cache_iswa *>(mem)) {
+        caches.push_back(iswa->get_base());
+        caches.push_back(iswa->get_swa());
+    }
+    for (const llama_kv_cache * kv : caches) {
+        for (uint32_t il : kv->get_layer_ids()) {
+            const ggml_tensor * k = kv->get_k_storage((int32_t) il);
+            const bool on_device = k->buffer != nullptr && !ggml_backend_buffer_is_host(k->buffer);
+            out.push_back({ {"layer", il}, {"on_device", on_device}, {"k_bytes", ggml_nbytes(k)} });
+        }
+    }
+    return out;
+}
+
 json worker::op_memory() {
     json out = process_memory();
     out["model_buffer_size"] = model_buffer_size();
@@ -395,6 +451,13 @@ json worker::op_memory() {
     }
     out["kv_bytes"]      = kv;
     out["compute_bytes"] = compute;
+    uint64_t kv_device = 0;
+    if (ctx_) {
+        for (const auto & [buft, mb] : llama_get_memory_breakdown(ctx_)) {
+            kv_device += ggml_backend_buft_is_host(buft) ? 0 : mb.context;
+        }
+    }
+    out["kv_device_bytes"] = kv_device;
     return out;
 }
 

@@ -83,6 +83,8 @@ private:
 
     json     ownership() const;
     uint64_t model_buffer_size() const;
+    uint64_t device_buffer_size() const;
+    json     kv_layers() const;
     void unload();
     void require_context() const;
 

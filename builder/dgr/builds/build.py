@@ -18,7 +18,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgr.builds import artifacts
+from dgr.builds import artifacts, backends
 from dgr.builds.buildcache import BuildStore
 from dgr.builds.buildplan import Plan, Request, plan
 from dgr.builds.cmake import CMakeProject, Compiler, Toolchain, compiler_at
@@ -29,6 +29,7 @@ from dgr.core import log
 from dgr.core.digest import sha256_canonical, sha256_file
 from dgr.core.paths import Context
 from dgr.git import apply, gitops
+from dgr.sources import debian
 from dgr.sources.upstream import obtain
 
 _COMPILER_STATE = "last-compiler.toml"
@@ -59,6 +60,8 @@ def run(ctx: Context, request: Request, jobs: int | None = None) -> BuildOutcome
 
 
 def _build(ctx: Context, plan: Plan, store: BuildStore, jobs: int | None = None) -> BuildManifest:
+    for backend in plan.request.gpu_backends:
+        backends.require_build(backend)  # before any tree is touched
     pin = plan.pin
     with log.step(f"obtain upstream {pin.short}"):
         upstream = obtain(ctx.cache, pin, plan.sources, plan.request.mirror)
@@ -81,6 +84,9 @@ def _build(ctx: Context, plan: Plan, store: BuildStore, jobs: int | None = None)
         _checkout(upstream.repo, src, applied.commit)
     _warn_if_compiler_changed(ctx.cache.state / _COMPILER_STATE, plan.toolchain)
     paths = {"src": src, "build": build_dir, "worker_src": worker_src, "worker_build": worker_build}
+    for backend in plan.request.gpu_backends:
+        for deb in plan.toolchain_lock.backends[backend].debs:
+            paths[deb.template] = debian.fetch(ctx.cache, deb)
     env = {"SOURCE_DATE_EPOCH": str(pin.epoch)}
 
     def project(source: Path, build: Path, options: str) -> CMakeProject:

@@ -17,6 +17,7 @@ import tomli_w
 from dgr.builds.cmake import Toolchain
 from dgr.builds.cmakedefs import llama_definitions, worker_definitions
 from dgr.contracts import locks
+from dgr.contracts.backend import Backend
 from dgr.core import log
 from dgr.core.digest import sha256_canonical, sha256_file
 from dgr.core.paths import Context
@@ -45,6 +46,12 @@ class Request:
     """Build the first `prefix` patches of the series only (None: all of it)."""
     tools: bool = False
     """Also build upstream's tools (locks/toolchain.toml [toolchain.tools]): perplexity, bench, RPC server."""
+    backend: Backend = "cpu"
+    """A GPU backend to build besides the CPU's (locks/toolchain.toml [toolchain.backends.NAME])."""
+
+    @property
+    def gpu_backends(self) -> tuple[str, ...]:
+        return () if self.backend == "cpu" else (self.backend,)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +86,7 @@ class Plan:
             flavor
             + "".join(f"+{s}" for s in self.request.sanitize)
             + ("+tools" if self.request.tools else "")
+            + "".join(f"+{b}" for b in self.request.gpu_backends)
         )
 
 
@@ -150,6 +158,13 @@ def plan(ctx: Context, request: Request) -> Plan:
             patch_refs = patch_refs[: request.prefix]
         parsed = [patchfile.load(ref.path) for ref in patch_refs]
     toolchain_lock = locks.load_toolchain(repo.locks_dir)
+    for backend in request.gpu_backends:
+        if backend not in toolchain_lock.backends:
+            raise UsageError(
+                f"--backend {backend}: {repo.rel(repo.locks_dir / 'toolchain.toml')} has no "
+                f"[toolchain.backends.{backend}] table",
+                hint=f"add its CMake options there, e.g. [toolchain.backends.{backend}.cmake_options]",
+            )
     toolchain = Toolchain.find(toolchain_lock)
     tests = native_test_targets(parsed)
     targets = tuple(dict.fromkeys(target for _, target in tests))
@@ -165,12 +180,16 @@ def plan(ctx: Context, request: Request) -> Plan:
         "format": INPUTS_FORMAT,
         "upstream_only": request.upstream_only,
         "upstream": {"commit": pin.commit, "tree": pin.tree, "commit_date": pin.commit_date.isoformat()},
-        "locks": {"toolchain.toml": tomli_w.dumps(toolchain_lock.to_toml(tools=request.tools))},
+        "locks": {
+            "toolchain.toml": tomli_w.dumps(
+                toolchain_lock.to_toml(tools=request.tools, backends=request.gpu_backends)
+            )
+        },
         "patches": [[ref.name, ref.sha256] for ref in patch_refs],
         "worker": worker,
         "toolchain": toolchain.identity(),
         "cmake_options": llama_definitions(
-            toolchain_lock, pin, len(patch_refs), request.sanitize, request.tools
+            toolchain_lock, pin, len(patch_refs), request.sanitize, request.tools, request.gpu_backends
         ),
         "worker_options": worker_definitions(toolchain_lock, request.sanitize) if worker else {},
         "targets": [*toolchain_lock.base_targets, *targets, *tools],

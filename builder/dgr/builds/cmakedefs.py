@@ -34,6 +34,7 @@ def llama_definitions(
     patches: int,
     sanitize: tuple[str, ...] = (),
     tools: bool = False,
+    backends: tuple[str, ...] = (),
 ) -> dict[str, str]:
     """The CMake -D definitions of the llama.cpp project, with {src}/{build}-style path templates.
 
@@ -47,6 +48,7 @@ def llama_definitions(
     return {
         **toolchain_lock.cmake_options,
         **(toolchain_lock.tools_cmake_options if tools else {}),
+        **{k: v for backend in backends for k, v in toolchain_lock.backends[backend].cmake_options.items()},
         **sanitizers,
         **_sanitizer_optimization(toolchain_lock, sanitize),
         "LLAMA_BUILD_COMMIT": f"{pin.short}-p{patches}" if patches else pin.short,

@@ -19,6 +19,7 @@ def run(args: argparse.Namespace) -> int:
         sanitize=buildplan.parse_sanitizers(args.sanitize),
         prefix=args.prefix,
         tools=args.tools,
+        backend=args.backend,
     )
     if args.prefix is not None and args.upstream_only:
         raise UsageError("--prefix applies to the series, not to --upstream-only builds")

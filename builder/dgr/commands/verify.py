@@ -11,10 +11,11 @@ import os
 import sys
 import time
 
-from dgr.builds import build, buildplan, harness, reportstore
+from dgr.builds import backends, build, buildplan, harness, reportstore
 from dgr.builds.cmake import Toolchain
 from dgr.contracts import locks
-from dgr.contracts.report import GROUPS, Check, Group, Report
+from dgr.contracts.backend import Backend
+from dgr.contracts.report import GPU_GROUPS, GROUPS, Check, Group, Report
 from dgr.core import log
 from dgr.core.fs import write_atomic
 from dgr.core.paths import Context
@@ -25,31 +26,55 @@ from dgr.verify.checks.report import junit_xml, table
 from dgr.verify.checks.session import Session, load
 from dgr.verify.models.env import Env, RealModel
 
+DEVICES: dict[str, str] = {"vulkan": "Vulkan0"}
+"""The ggml device of each GPU backend that the checks offload to: the first one."""
 
-def groups_of(only: str | None) -> tuple[Group, ...]:
-    """The groups of `--only`, in the order they run; UsageError naming the unknown ones."""
+
+def groups_of(only: str | None, backend: Backend = "cpu") -> tuple[Group, ...]:
+    """The groups of `--only` (of the backend: GPU_GROUPS for a GPU backend), in the order they run;
+    UsageError naming the unknown ones."""
+    groups = GROUPS if backend == "cpu" else GPU_GROUPS
     if not only:
-        return GROUPS
+        return groups
     named = {g.strip() for g in only.split(",") if g.strip()}
-    unknown = sorted(named - set(GROUPS))
+    unknown = sorted(named - set(groups))
     if unknown or not named:
         raise UsageError(
             f"unknown group(s) in --only {only!r}" + (f": {', '.join(unknown)}" if unknown else ""),
-            hint=f"choose from {', '.join(GROUPS)}",
+            hint=f"choose from {', '.join(groups)}",
         )
-    return tuple(g for g in GROUPS if g in named)
+    return tuple(g for g in groups if g in named)
+
+
+def _device(backend: Backend) -> str | None:
+    """The device the checks of a GPU backend offload to, after checking that the machine can run it. Vulkan
+    lists no CPU-type device (Mesa's lavapipe, on a machine without a GPU) unless GGML_VK_VISIBLE_DEVICES
+    names it: the first device is made visible when the variable is not set."""
+    if backend == "cpu":
+        return None
+    backends.require_run(backend)
+    if backend == "vulkan" and "GGML_VK_VISIBLE_DEVICES" not in os.environ:
+        os.environ["GGML_VK_VISIBLE_DEVICES"] = "0"
+        log.info("GGML_VK_VISIBLE_DEVICES=0: the checks run on the first Vulkan device, whatever its type")
+    return DEVICES[backend]
 
 
 def run(args: argparse.Namespace) -> int:
-    groups = groups_of(args.only)
+    groups = groups_of(args.only, args.backend)
     sanitize = buildplan.parse_sanitizers(args.sanitize)
+    device = _device(args.backend)
     if sanitize:
         # a finding of a sanitizer fails the test or the request instead of scrolling by
         os.environ.setdefault("ASAN_OPTIONS", "halt_on_error=1:detect_leaks=1")
         os.environ.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
     ctx = Context.discover()
     ran = harness.current(ctx.repo)  # what runs the checks, read before they run
-    patched = build.run(ctx, buildplan.Request(mirror=args.mirror, upstream=args.upstream, sanitize=sanitize))
+    patched = build.run(
+        ctx,
+        buildplan.Request(
+            mirror=args.mirror, upstream=args.upstream, sanitize=sanitize, backend=args.backend
+        ),
+    )
     baseline = (
         build.run(
             ctx,
@@ -72,11 +97,14 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
         baseline_worker=baseline.path / "bin" / "layer-worker" if baseline else None,
         sanitized=bool(sanitize),
+        device=device,
     )
     toolchain = Toolchain.find(locks.load_toolchain(ctx.repo.locks_dir))
 
     def build_prefix(k: int) -> build.BuildOutcome:
-        request = buildplan.Request(mirror=args.mirror, upstream=args.upstream, sanitize=sanitize, prefix=k)
+        request = buildplan.Request(
+            mirror=args.mirror, upstream=args.upstream, sanitize=sanitize, prefix=k, backend=args.backend
+        )
         return build.run(ctx, request)
 
     tracker = progress.Progress(groups, progress.last_report(ctx.cache, groups))

@@ -226,6 +226,47 @@ class UpstreamLock:
 
 
 @dataclass(frozen=True)
+class DebPackage:
+    """A Debian package whose files a build uses without installing them (`dgr.sources.debian`): the version
+    of a suite, verified by the SHA-256 of its .deb; CMake options name its unpacked root `{deb:PACKAGE}`."""
+
+    package: str
+    version: str
+    suite: str
+    sha256: str
+
+    @property
+    def template(self) -> str:
+        return f"deb:{self.package}"
+
+    @staticmethod
+    def parse(fields: TomlFields) -> DebPackage:
+        return DebPackage(
+            package=fields.text("package"),
+            version=fields.text("version"),
+            suite=fields.text("suite"),
+            sha256=fields.sha256("sha256"),
+        )
+
+    def to_toml(self) -> dict[str, Any]:
+        return {"package": self.package, "version": self.version, "suite": self.suite, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class BackendLock:
+    """What `dgr build --backend NAME` adds to a CPU build: CMake options, and Debian packages it uses."""
+
+    cmake_options: dict[str, str]
+    debs: tuple[DebPackage, ...] = ()
+
+    def to_toml(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"cmake_options": dict(self.cmake_options)}
+        if self.debs:
+            out["debs"] = [d.to_toml() for d in self.debs]
+        return out
+
+
+@dataclass(frozen=True)
 class ToolchainLock:
     cmake: str
     ninja: str
@@ -236,6 +277,9 @@ class ToolchainLock:
     tools_targets: tuple[str, ...]
     """What `dgr build --tools` builds besides: upstream's tools (perplexity, bench, the RPC server)."""
     tools_cmake_options: dict[str, str]
+    backends: dict[str, BackendLock]
+    """What `dgr build --backend NAME` adds to the CMake options: one table per GPU backend (the CPU, the
+    default, adds nothing)."""
     prefix_maps: tuple[str, ...]
     source_date_epoch: str
     committer_name: str
@@ -249,7 +293,10 @@ class ToolchainLock:
         options = tc.table("cmake_options")
         tools = tc.table("tools")
         tools_options = tools.table("cmake_options")
-        for table in (options, tools_options):
+        backends_table = tc.table("backends", optional=True)
+        backend_tables = [backends_table.table(name) for name in backends_table.data]
+        backend_options = [table.table("cmake_options") for table in backend_tables]
+        for table in (options, tools_options, *backend_options):
             for key, value in table.data.items():
                 if not isinstance(value, str):
                     problems.append(f'{table.where}.{key}: expected a string (e.g. "ON")')
@@ -264,6 +311,15 @@ class ToolchainLock:
             cmake_options={k: v for k, v in options.data.items() if isinstance(v, str)},
             tools_targets=tools.strings("targets"),
             tools_cmake_options={k: v for k, v in tools_options.data.items() if isinstance(v, str)},
+            backends={
+                name: BackendLock(
+                    cmake_options={k: v for k, v in options.data.items() if isinstance(v, str)},
+                    debs=tuple(_debs(table, problems)),
+                )
+                for name, table, options in zip(
+                    backends_table.data, backend_tables, backend_options, strict=True
+                )
+            },
             prefix_maps=repro.strings("prefix_maps"),
             source_date_epoch=repro.text("source_date_epoch"),
             committer_name=git_am.text("committer_name"),
@@ -281,8 +337,10 @@ class ToolchainLock:
                 problems.append(f"{repro.where}.prefix_maps: {entry!r} is not OLD=NEW")
         return lock
 
-    def to_toml(self, *, tools: bool = True) -> dict[str, Any]:
-        """The lock as written; without the tools table for what builds without them (their digest)."""
+    def to_toml(self, *, tools: bool = True, backends: tuple[str, ...] | None = None) -> dict[str, Any]:
+        """The lock as written (by default), or as a build depends on it: without the tools table for what
+        builds without them, and with only the GPU `backends` it builds (a CPU build: `()`), so that the
+        digest of a build does not depend on the backends it does not build."""
         toolchain: dict[str, Any] = {
             "cmake": self.cmake,
             "ninja": self.ninja,
@@ -296,6 +354,9 @@ class ToolchainLock:
                 "targets": list(self.tools_targets),
                 "cmake_options": dict(self.tools_cmake_options),
             }
+        kept = {n: o for n, o in self.backends.items() if backends is None or n in backends}
+        if kept:
+            toolchain["backends"] = {n: o.to_toml() for n, o in kept.items()}
         return {
             "toolchain": toolchain,
             "reproducibility": {
@@ -308,6 +369,16 @@ class ToolchainLock:
                 },
             },
         }
+
+
+def _debs(backend: TomlFields, problems: list[str]) -> list[DebPackage]:
+    entries = backend.data.get("debs", [])
+    if not isinstance(entries, list):
+        problems.append(f"{backend.where}.debs: expected an array of tables")
+        return []
+    return [
+        DebPackage.parse(TomlFields(e, f"{backend.where}.debs[{i}]", problems)) for i, e in enumerate(entries)
+    ]
 
 
 # --------------------------------------------------------------------------- patches.toml

@@ -20,9 +20,14 @@ Group = Literal[
     "ownership",
     "boundary",
     "kv",
+    "offload",
 ]
-GROUPS: tuple[Group, ...] = get_args(Group)
-"""The groups of `dgr verify`, in the order they run; a report usable for export covers all of them."""
+ALL_GROUPS: tuple[Group, ...] = get_args(Group)
+GPU_GROUPS: tuple[Group, ...] = ("archs", "offload")
+"""The groups of `dgr verify --backend NAME` (a GPU backend), in the order they run: the architectures on the
+device, and the real models with layers offloaded."""
+GROUPS: tuple[Group, ...] = tuple(g for g in ALL_GROUPS if g != "offload")
+"""The groups of `dgr verify` (the CPU), in the order they run; a report usable for export covers them all."""
 
 Evidence = Literal["native test", "synthetic fixture", "real model"]
 NATIVE: Evidence = "native test"

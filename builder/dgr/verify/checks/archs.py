@@ -164,16 +164,19 @@ def checks(output: str, exit_code: int) -> list[Check]:
 
 def _verify(session: Session) -> list[Check]:
     """The table of the layer-range test of every architecture: from the native group's run of it (its
-    exit status as CTest judged it), else its own run."""
+    exit status as CTest judged it), else its own run; on the GPU device of the session when it has one
+    (`-b DEVICE`: logits within an NMSE tolerance, and the offload of n_gpu_layers over a range)."""
     build_dir = session.patched.path
+    device = session.env.device
     native_ran = session.native_ran
     ran = next((c for c in native_ran.checks if c.name == TEST_NAME), None) if native_ran else None
-    if native_ran is not None and ran is not None:
+    if native_ran is not None and ran is not None and device is None:
         return checks(native_ran.outputs[TEST_NAME], 0 if ran.passed else 1)
     exe = build_dir / "bin" / "test-llama-archs"
     if not exe.is_file():
         raise VerifyError(f"the build at {build_dir} has no test-llama-archs", hint="run `dgr build`")
-    result = proc.run([exe, *ARGS], check=False, error=VerifyError, what="test-llama-archs", cwd=build_dir)
+    args = [*ARGS, *(("-b", device) if device else ())]
+    result = proc.run([exe, *args], check=False, error=VerifyError, what="test-llama-archs", cwd=build_dir)
     return checks(result.stdout, result.returncode)
 
 

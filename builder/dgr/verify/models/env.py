@@ -43,6 +43,9 @@ class Env:
     threads: int = 2
     baseline_worker: Path | None = None  # layer-worker built against the unpatched upstream
     sanitized: bool = False  # the build runs under ASan/UBSan: process memory is mostly the sanitizers'
+    device: str | None = (
+        None  # the GPU device of the build the checks offload to (ggml's name), None: CPU only
+    )
 
     def __post_init__(self) -> None:
         if not self.models:

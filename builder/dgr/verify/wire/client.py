@@ -157,12 +157,16 @@ class Worker:
         *,
         mmap: bool = True,
         context: ContextParams | None = None,
+        n_gpu_layers: int | None = None,
     ) -> dict[str, Any]:
         """Load the layer range `layers` of `model` (end -1: the last layer; None with `mmap` true: no model
         parameter is sent, so the worker loads with `llama_model_default_params()` as they are) and, with
         `context`, a context for sessions; the reply: what the model holds (ownership), with the context's
-        `n_ctx`, `n_batch` and `max_sessions` when there is one (docs/protocol.md, `load`)."""
+        `n_ctx`, `n_batch` and `max_sessions` when there is one (docs/protocol.md, `load`). `n_gpu_layers`:
+        the layers of the range to offload to the GPU devices of the build (None: llama.cpp's default)."""
         fields: dict[str, Any] = {} if layers is None and mmap else {"mmap": mmap}
+        if n_gpu_layers is not None:
+            fields["n_gpu_layers"] = n_gpu_layers
         if layers is not None:
             fields |= {"layer_begin": layers[0], "layer_end": layers[1]}
         if context is not None:

@@ -1,0 +1,225 @@
+"""The `offload` group (`dgr verify --backend NAME`): layer ranges with layers offloaded to a GPU device.
+
+For each model and each configuration (a split into ranges, and the `n_gpu_layers` of every range):
+- placement: in each range the last `n_gpu_layers` layers (the output layer first, if the range holds it) have
+  their weights in buffers of the device and their K cache there, and no other tensor or layer does; the
+  device's weight bytes are those of the offloaded tensors, read from the model file;
+- numbers: the split's logits of a prefill equal, within an NMSE tolerance, those of the unsplit model fully
+  offloaded (a GPU backend's kernels are not bit-identical to the CPU's, and a split does not change them);
+- greedy decoding of the split gives the unsplit model's tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dgr.contracts.report import REAL_MODEL, SYNTHETIC, Check, Evidence
+from dgr.errors import VerifyError
+from dgr.verify.checks.report import guarded, matching_prefix, verdict
+from dgr.verify.checks.session import conformance
+from dgr.verify.models import inventory, prompts, synth
+from dgr.verify.models.env import Env, RealModel
+from dgr.verify.wire.pipeline import Pipeline
+
+NMSE_TOLERANCE = 1e-4
+"""The largest normalized mean squared error of a split's logits against the unsplit model's on the device
+(the tolerance upstream's test-llama-archs uses to compare backends)."""
+PREFILL_TOKENS = 32
+GREEDY_TOKENS = 16
+ALL = 999
+"""An n_gpu_layers above every range's size: every layer of the range is offloaded."""
+
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class Offload:
+    shards: int
+    n_gpu_layers: int
+
+    @property
+    def name(self) -> str:
+        ngl = "all" if self.n_gpu_layers >= ALL else str(self.n_gpu_layers)
+        return f"split-{self.shards}-ngl-{ngl}"
+
+
+def configs(n_layer: int) -> list[Offload]:
+    """Halves with nothing, some and every layer of each range offloaded; thirds with some: `some` is half of
+    the smallest range, so that every range has layers on both sides."""
+    some = max(1, min(e - b for b, e in inventory.split(n_layer, 3)) // 2)
+    return [Offload(2, 0), Offload(2, some), Offload(2, ALL), Offload(3, some)]
+
+
+def offloaded_layers(begin: int, end: int, n_layer: int, n_gpu_layers: int) -> tuple[set[int], bool]:
+    """The layers of [begin, end) that n_gpu_layers offloads, and whether the output layer is offloaded:
+    counted from the end of the range, the output layer first when the range holds it (as llama.cpp counts
+    the whole model: the last n_gpu_layers of its layers and its output layer)."""
+    top = n_layer + 1 if end == n_layer else end
+    first = max(top - n_gpu_layers, begin)
+    return set(range(first, min(top, end))), end == n_layer and first <= n_layer < top
+
+
+def expected_on_device(inv: inventory.Inventory, begin: int, end: int, n_gpu_layers: int) -> set[str]:
+    """The tensors of the range that must be in buffers of the device (the shared ones, which every layer
+    uses, are not judged)."""
+    layers, output = offloaded_layers(begin, end, inv.n_layer, n_gpu_layers)
+    out: set[str] = set()
+    for name in inv.expected(begin, end):
+        m = _LAYER.match(name)
+        if m:
+            if int(m.group(1)) in layers:
+                out.add(name)
+        elif inventory.is_shared(name):
+            continue
+        elif name == "token_embd.weight":
+            # the input layer stays on the CPU; with tied embeddings the head is token_embd.weight too
+            if output and inv.tied:
+                out.add(name)
+        elif output:
+            out.add(name)
+    return out
+
+
+def placement_problems(
+    inv: inventory.Inventory, rep: dict[str, Any], begin: int, end: int, ngl: int
+) -> list[str]:
+    """Where the weights and the K cache of the range [begin, end) loaded with n_gpu_layers `ngl` are, against
+    the expectation; [] when every tensor and cache layer is where it should be."""
+    where = f"[{begin}, {end})"
+    problems = []
+    on_device = {n for n in rep["device_tensors"] if not inventory.is_shared(n)}
+    want = expected_on_device(inv, begin, end, ngl)
+    if on_device != want:
+        problems.append(
+            f"{where}: on the device but not offloaded {sorted(on_device - want)[:4]}, "
+            f"offloaded but not on the device {sorted(want - on_device)[:4]}"
+        )
+    want_bytes = inv.bytes_of(want)
+    held_bytes = sum(inv.tensors[n] for n in on_device if n in inv.tensors)
+    if held_bytes != want_bytes:
+        problems.append(
+            f"{where}: {held_bytes} bytes of weights on the device, the offloaded tensors have {want_bytes}"
+        )
+    layers, _ = offloaded_layers(begin, end, inv.n_layer, ngl)
+    kv = rep.get("kv_layers", [])
+    if not kv:
+        problems.append(f"{where}: the worker reported no KV cache layers")
+    for layer in kv:
+        il, dev = int(layer["layer"]), bool(layer["on_device"])
+        if not begin <= il < end:
+            problems.append(f"{where}: the KV cache has layer {il}, outside of the range")
+        elif dev != (il in layers):
+            problems.append(f"{where}: the K cache of layer {il} is {'' if dev else 'not '}on the device")
+    kv_device = int(rep["memory"]["kv_device_bytes"])
+    if (kv_device > 0) != bool(layers):
+        problems.append(
+            f"{where}: {kv_device} bytes of KV cache on the device for {len(layers)} offloaded layers"
+        )
+    return problems
+
+
+def nmse(ref: np.ndarray, out: np.ndarray) -> float:
+    ref64, out64 = ref.astype(np.float64), out.astype(np.float64)
+    return float(np.sum((ref64 - out64) ** 2) / np.sum(ref64**2))
+
+
+@dataclass(frozen=True)
+class Reference:
+    tokens: list[int]
+    logits: np.ndarray
+    greedy: list[int]
+    cpu_nmse: float
+    """The NMSE of the unsplit model fully offloaded against the same on the CPU (n_gpu_layers 0)."""
+
+
+def _prompt(env: Env, model: Path, real: bool) -> list[int]:
+    if not real:
+        rng = np.random.default_rng(7)
+        return [int(t) for t in rng.integers(0, synth.LLAMA_UNTIED.n_vocab, PREFILL_TOKENS)]
+    with Pipeline(env.worker, model, [(0, -1)], threads=env.threads, n_gpu_layers=0) as whole:
+        tokens = whole.tokenize(prompts.LONG)
+    if len(tokens) < PREFILL_TOKENS:
+        raise RuntimeError(f"the prompt has {len(tokens)} tokens, fewer than {PREFILL_TOKENS}")
+    return tokens[:PREFILL_TOKENS]
+
+
+def reference(env: Env, model: Path, n_layer: int, real: bool) -> Reference:
+    tokens = _prompt(env, model, real)
+    runs = {}
+    for ngl in (ALL, 0):
+        with Pipeline(env.worker, model, [(0, n_layer)], threads=env.threads, n_gpu_layers=ngl) as whole:
+            logits = whole.step("prefill", 1, 0, tokens, logits="all").logits
+            greedy = whole.generate("greedy", 1, tokens, GREEDY_TOKENS) if ngl == ALL else []
+        runs[ngl] = (logits, greedy)
+    return Reference(tokens, runs[ALL][0], runs[ALL][1], nmse(runs[0][0], runs[ALL][0]))
+
+
+def check_config(
+    env: Env, inv: inventory.Inventory, ref: Reference, config: Offload, evidence: Evidence, label: str
+) -> Check:
+    ranges = inventory.split(inv.n_layer, config.shards)
+    problems: list[str] = []
+    device_bytes = []
+    with Pipeline(
+        env.worker, inv.path, ranges, threads=env.threads, n_gpu_layers=config.n_gpu_layers
+    ) as pipe:
+        for (begin, end), rep in zip(ranges, pipe.info, strict=True):
+            problems += placement_problems(inv, rep, begin, end, config.n_gpu_layers)
+            device_bytes.append(int(rep["device_bytes"]))
+        logits = pipe.step("prefill", 1, 0, ref.tokens, logits="all").logits
+        greedy = pipe.generate("greedy", 1, ref.tokens, GREEDY_TOKENS)
+    error = nmse(ref.logits, logits) if logits.shape == ref.logits.shape else float("inf")
+    if not error <= NMSE_TOLERANCE:
+        problems.append(f"the logits differ from the unsplit model's on the device: NMSE {error:.3e}")
+    same = matching_prefix(greedy, ref.greedy)
+    if same != len(ref.greedy):
+        problems.append(f"greedy decoding: {same} of {len(ref.greedy)} tokens match the unsplit model's")
+    figures = {
+        "ranges": [list(r) for r in ranges],
+        "n_gpu_layers": config.n_gpu_layers,
+        "offloaded_layers": [
+            len(offloaded_layers(b, e, inv.n_layer, config.n_gpu_layers)[0]) for b, e in ranges
+        ],
+        "device_bytes": device_bytes,
+        "nmse": error,
+        "greedy_tokens_matching": same,
+        "unsplit_device_vs_cpu_nmse": ref.cpu_nmse,
+    }
+    return verdict("offload", f"{config.name}/{label}", evidence, problems, figures)
+
+
+def _checks(env: Env, model: Path, evidence: Evidence, label: str) -> list[Check]:
+    if env.device is None:
+        raise VerifyError(
+            "the offload group needs a GPU backend",
+            hint="run it as `dgr verify --backend vulkan` (or another GPU backend)",
+        )
+    inv = inventory.read(model)
+    ref = reference(env, model, inv.n_layer, evidence == REAL_MODEL)
+    checks: list[Check] = []
+    for config in configs(inv.n_layer):
+        checks += guarded(
+            "offload",
+            f"{config.name}/{label}",
+            evidence,
+            partial(check_config, env, inv, ref, config, evidence, label),
+        )
+    return checks
+
+
+def run_fixtures(env: Env) -> list[Check]:
+    """The synthetic dense Llama with untied output."""
+    return _checks(env, env.synth(synth.LLAMA_UNTIED), SYNTHETIC, "synth-untied")
+
+
+def run_model(env: Env, m: RealModel) -> list[Check]:
+    return _checks(env, m.path, REAL_MODEL, m.name)
+
+
+GROUP = conformance("offload", run_fixtures, run_model)

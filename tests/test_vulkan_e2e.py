@@ -1,0 +1,86 @@
+"""End to end on the Vulkan backend (Mesa's lavapipe when the machine has no GPU): `dgr build --backend
+vulkan` with the Vulkan headers fetched from Debian by their locked sha256, then `dgr verify --backend
+vulkan`: the architectures on the device (NMSE) with the offload test of test-llama-archs, and the real
+models with n_gpu_layers over their ranges. `.ci/run` installs the packages these need."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dgr.contracts import locks
+from dgr.core.paths import Cache
+from dgr.errors import IntegrityError
+from dgr.sources import debian
+
+from tests.helpers import ROOT, run_dgr
+
+pytestmark = [pytest.mark.e2e, pytest.mark.vulkan]
+
+
+@pytest.fixture(scope="module")
+def vulkan_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    shared = os.environ.get("DGR_TEST_CACHE")
+    return Path(shared) / "vulkan" if shared else tmp_path_factory.mktemp("vulkan-cache")
+
+
+@pytest.fixture(scope="module")
+def vulkan_report(vulkan_cache: Path) -> dict[str, Any]:
+    env = {"DGR_REPO": str(ROOT), "DGR_CACHE_DIR": str(vulkan_cache)}
+    built = run_dgr("build", "--backend", "vulkan", "--json", env=env, timeout=3600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert json.loads(built.stdout)["path"].startswith(str(vulkan_cache))
+    ran = run_dgr("verify", "--backend", "vulkan", "--json", env=env, timeout=3600)
+    assert ran.returncode in (0, 9), ran.stderr[-3000:]
+    report: dict[str, Any] = json.loads(ran.stdout)
+    return report
+
+
+def test_the_vulkan_report_passes(vulkan_report: dict[str, Any]) -> None:
+    failed = [f"{c['group']}/{c['name']}: {c['detail']}" for c in vulkan_report["checks"] if not c["passed"]]
+    assert failed == []
+    assert vulkan_report["groups"] == ["archs", "offload"]
+
+
+def test_the_architectures_run_on_the_device(vulkan_report: dict[str, Any]) -> None:
+    archs = {c["name"]: c for c in vulkan_report["checks"] if c["group"] == "archs"}
+    summary = archs.pop("summary")["figures"]
+    assert summary["failed"] == 0 and summary["certified"] >= 100
+    # on a device other than the CPU the logits are compared by NMSE, not bit for bit
+    certified = [c for c in archs.values() if c["figures"]["status"] == "certified"]
+    assert certified and all("bit-identical" not in c["detail"] for c in certified)
+
+
+def test_every_model_offloads_its_ranges(vulkan_report: dict[str, Any]) -> None:
+    offload = [c for c in vulkan_report["checks"] if c["group"] == "offload"]
+    for model in ("synth-untied", "smollm2", "gemma3"):
+        configs = sorted(
+            c["name"].removesuffix(f"/{model}") for c in offload if c["name"].endswith(f"/{model}")
+        )
+        # halves with none, some and all of each range's layers offloaded, thirds with some
+        assert len(configs) == 4 and {"split-2-ngl-0", "split-2-ngl-all"} < set(configs), configs
+    for c in offload:
+        figures = c["figures"]
+        # nothing offloaded: no weights on the device; every layer offloaded: every range has weights there
+        if figures["n_gpu_layers"] == 0:
+            assert figures["device_bytes"] == [0] * len(figures["ranges"])
+        else:
+            assert all(b > 0 for b in figures["device_bytes"])
+        assert figures["greedy_tokens_matching"] == 16
+
+
+def test_a_deb_that_does_not_match_its_lock_is_not_cached(tmp_path: Path) -> None:
+    lock = locks.load_toolchain(ROOT / "locks").backends["vulkan"].debs[0]
+    cache = Cache(tmp_path / "cache")
+    root = debian.fetch(cache, lock)
+    assert (root / "usr" / "include" / "vulkan" / "vulkan.hpp").is_file()
+    assert debian.fetch(cache, lock) == root  # cached: no second download
+    wrong = dataclasses.replace(lock, sha256="0" * 64)
+    with pytest.raises(IntegrityError, match="does not match the lock; nothing was cached"):
+        debian.fetch(cache, wrong)
+    assert not (cache.downloads / wrong.sha256).exists()
+    assert [p.name for p in cache.downloads.iterdir()] == [lock.sha256]
