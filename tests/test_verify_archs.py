@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from dgr.verify.checks import archs
 
 ESC = "\x1b"
@@ -64,3 +67,56 @@ def test_a_mismatch_fails_and_a_crash_is_named() -> None:
 def test_no_table_is_a_failure() -> None:
     checks = archs.checks("encountered runtime error: failed to create llama model\n", 255)
     assert [c.name for c in checks] == [archs.SUMMARY] and not checks[0].passed
+
+
+# a test-llama-archs whose table stops at qwen3next's MoE on the device (as Mesa 22's lavapipe crashes there);
+# upstream's own test of the architecture (no --layer-ranges) exits with UPSTREAM_RC
+FAKE_TEST = r"""
+import sys
+args = sys.argv[1:]
+with open(sys.argv[0] + ".calls", "a") as log:
+    log.write(" ".join(args) + "\n")
+row = "|%16s|%6s|%7s|%-12s|%s"
+if "--layer-ranges" not in args:
+    sys.exit(UPSTREAM_RC)
+if "-a" not in args:
+    print(row % ("llama", "Dense", 4, "2,3,1+1", "CERTIFIED logits within NMSE 1e-4"))
+    print(row % ("qwen3next", "Dense", 4, "2,3,1+1", "CERTIFIED logits within NMSE 1e-4"))
+    print("|%16s|%6s|%7s|" % ("qwen3next", "MoE", 4), flush=True)
+    sys.exit(139)
+print(row % ("gemma3", "Dense", 4, "2,3,1+1", "CERTIFIED logits within NMSE 1e-4"))
+print("Summary: 1 architectures, 1 certified, 0 refused, 0 without a model, 0 failed, 0 load checks failed")
+"""
+
+
+def fake_test(tmp_path: Path, upstream_rc: int) -> Path:
+    exe = tmp_path / "test-llama-archs"
+    exe.write_text(f"#!{sys.executable}\nUPSTREAM_RC = {upstream_rc}\n{FAKE_TEST}")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_a_device_that_fails_upstreams_own_test_is_a_device_failure(tmp_path: Path) -> None:
+    checks = {c.name: c for c in archs._on_device(fake_test(tmp_path, 139), "Vulkan0", tmp_path)}
+    assert all(c.passed for c in checks.values()), [c.detail for c in checks.values() if not c.passed]
+    stopped = checks["qwen3next/moe"]
+    assert stopped.figures["status"] == "device-failure"
+    reason = stopped.figures["reason"]
+    assert "upstream's own test of qwen3next on Vulkan0, without a range, exits with 139 too" in reason
+    assert checks["qwen3next/dense"].figures["status"] == "certified"
+    summary = checks[archs.SUMMARY].figures
+    assert summary["architectures"] == 3 and summary["device_failure"] == {"qwen3next": reason}
+    # upstream's test of the architecture alone, then the table again without the architectures done
+    calls = (tmp_path / "test-llama-archs.calls").read_text().splitlines()
+    assert calls[1] == "-s 42 -b Vulkan0 -a ^qwen3next$"
+    assert calls[2].endswith("-b Vulkan0 -a ^(?!(llama|qwen3next)$)")
+
+
+def test_a_stop_that_upstreams_own_test_does_not_share_fails(tmp_path: Path) -> None:
+    checks = {c.name: c for c in archs._on_device(fake_test(tmp_path, 0), "Vulkan0", tmp_path)}
+    assert not checks["qwen3next/moe"].passed
+    assert (
+        "upstream's own test of qwen3next on Vulkan0, without a range, passes"
+        in checks["qwen3next/moe"].detail
+    )
+    assert checks[archs.SUMMARY].figures["failed"] == 1

@@ -61,7 +61,7 @@ def checks_of(report: dict[str, Any], group: str) -> dict[str, dict[str, Any]]:
 def test_build_holds_the_native_tests_and_the_worker(real_build: dict[str, Any]) -> None:
     assert set(real_build["build"]["native_tests"]) >= NATIVE_TESTS
     assert "bin/layer-worker" in real_build["artifacts"]
-    assert len(real_build["patches"]) == 4
+    assert len(real_build["patches"]) == 5
 
 
 def test_verify_passes_every_check(verify_run: Any) -> None:
@@ -79,14 +79,14 @@ def test_native_tests_ran_from_ctest(verify_run: Any) -> None:
 
 def test_every_prefix_of_the_series_builds_and_passes_its_own_tests(verify_run: Any) -> None:
     series = checks_of(verify_run[1], "series")
-    assert sorted(series) == ["prefix-1", "prefix-2", "prefix-3", "prefix-4"]
+    assert sorted(series) == ["prefix-1", "prefix-2", "prefix-3", "prefix-4", "prefix-5"]
     assert all(c["passed"] for c in series.values())
     digests = {c["figures"]["inputs_digest"] for c in series.values()}
-    assert len(digests) == 4  # each prefix is a build of its own
+    assert len(digests) == 5  # each prefix is a build of its own
     # the first patch changes no behaviour (its graphs are compared with upstream's) and registers the test
     # that every layer input can be captured; the later prefixes run both tests
     assert series["prefix-1"]["figures"]["tests"] == {LAYER_INPUTS: True}
-    for k in (2, 3, 4):
+    for k in (2, 3, 4, 5):
         assert series[f"prefix-{k}"]["figures"]["tests"] == dict.fromkeys(NATIVE_TESTS, True)
 
 

@@ -16,9 +16,10 @@ ARCHS: Group = "archs"
 ARCHS_SUMMARY = "every-architecture"
 """The name of the check of the whole table."""
 
-ArchStatus = Literal["certified", "refused", "no-model", "failed", "crashed"]
+ArchStatus = Literal["certified", "refused", "no-model", "failed", "crashed", "device-failure"]
 ARCH_STATUSES: tuple[ArchStatus, ...] = get_args(ArchStatus)
-"""The result of a row of the table (`crashed`: the test stopped at it)."""
+"""The result of a row of the table (`crashed`: the test stopped at it; `device-failure`: on a GPU device, the
+test stopped at it and upstream's own test of the architecture on that device, without a range, fails too)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +47,8 @@ class ArchsSummary(convert.Record):
     certified_archs: tuple[str, ...]
     no_model: Mapping[str, str]
     """Architecture -> why upstream's random-model generator cannot build it."""
+    device_failure: Mapping[str, str] = field(default_factory=dict, metadata=convert.OMIT_EMPTY)
+    """On a GPU device: architecture -> how upstream's own test of it fails there too."""
 
     def in_archs(self) -> dict[ArchStatus, int]:
         """Architectures per status, as the test counted them (`crashed` is no status of its own here)."""

@@ -6,8 +6,10 @@ one for the whole table."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from dgr.contracts.archtable import ARCHS, ARCHS_SUMMARY, ArchRow, ArchsSummary
@@ -22,7 +24,7 @@ ARGS = ("--layer-ranges", "-s", "42")
 TEST_NAME = "test-llama-archs-layer-ranges"
 SUMMARY = ARCHS_SUMMARY
 
-Status = Literal["certified", "refused", "no-model", "failed"]
+Status = Literal["certified", "refused", "no-model", "failed", "device-failure"]
 _STATUS: dict[str, Status] = {
     "CERTIFIED": "certified",
     "REFUSED": "refused",
@@ -103,11 +105,11 @@ def _row_problem(row: Row, exit_code: int, output: str) -> str:
     return ""
 
 
-def checks(output: str, exit_code: int) -> list[Check]:
-    """One check per row (certified, refused at load with the standard message, or no model with a reason
-    passes; a mismatch, another error or a crash fails), and one for the whole table: every architecture of
-    the arch list has a row, and the test exited with 0."""
-    table = parse(output)
+def checks(output: str, exit_code: int, table: Table | None = None) -> list[Check]:
+    """One check per row (certified, refused at load with the standard message, no model with a reason, or
+    a device failure with its evidence passes; a mismatch, another error or a crash fails), and one for the
+    whole table: every architecture of the arch list has a row, and the test exited with 0."""
+    table = table or parse(output)
     out: list[Check] = []
     for row in table.rows:
         problem = _row_problem(row, exit_code, output)
@@ -121,12 +123,12 @@ def checks(output: str, exit_code: int) -> list[Check]:
                     status=row.status or "crashed",
                     n_layer=row.n_layer,
                     ranges=row.ranges,
-                    reason=row.detail if row.status in ("refused", "no-model") else None,
+                    reason=row.detail if row.status in ("refused", "no-model", "device-failure") else None,
                 ).to_json(),
                 detail=problem,
             )
         )
-    statuses: tuple[Status, ...] = ("certified", "refused", "no-model", "failed")
+    statuses: tuple[Status, ...] = ("certified", "refused", "no-model", "failed", "device-failure")
     archs: dict[Status, list[str]] = {
         s: sorted({r.arch for r in table.rows if r.status == s}) for s in statuses
     }
@@ -155,6 +157,7 @@ def checks(output: str, exit_code: int) -> list[Check]:
                 failed=len(archs["failed"]),
                 certified_archs=tuple(archs["certified"]),
                 no_model={r.arch: r.detail for r in table.rows if r.status == "no-model"},
+                device_failure={r.arch: r.detail for r in table.rows if r.status == "device-failure"},
             ).to_json(),
             detail="\n".join(problems),
         )
@@ -175,9 +178,70 @@ def _verify(session: Session) -> list[Check]:
     exe = build_dir / "bin" / "test-llama-archs"
     if not exe.is_file():
         raise VerifyError(f"the build at {build_dir} has no test-llama-archs", hint="run `dgr build`")
-    args = [*ARGS, *(("-b", device) if device else ())]
-    result = proc.run([exe, *args], check=False, error=VerifyError, what="test-llama-archs", cwd=build_dir)
+    if device is not None:
+        return _on_device(exe, device, build_dir)
+    result = proc.run([exe, *ARGS], check=False, error=VerifyError, what="test-llama-archs", cwd=build_dir)
     return checks(result.stdout, result.returncode)
+
+
+SEGMENT_TIMEOUT = 3600.0
+"""The longest a run of the table on a device may take before it counts as stopped (a hung driver)."""
+UPSTREAM_TIMEOUT = 600.0
+
+
+def _run(exe: Path, args: list[str], cwd: Path, timeout: float) -> tuple[str, int]:
+    """The output and exit code of test-llama-archs; a run past `timeout` is stopped (exit code -9)."""
+    try:
+        result = proc.run(
+            [exe, *args], check=False, error=VerifyError, what="test-llama-archs", cwd=cwd, timeout=timeout
+        )
+    except VerifyError:
+        return "", -9
+    return result.stdout, result.returncode
+
+
+def _on_device(exe: Path, device: str, cwd: Path) -> list[Check]:
+    """The table on a GPU device. A driver can crash or hang in the middle of it (Mesa 22's lavapipe does on
+    qwen3next's MoE in upstream's own test): the architecture it stopped at is run in upstream's own test on
+    the device, without a range (`test-llama-archs -a ARCH -b DEVICE`); when that fails too, the row is a
+    `device-failure` with that evidence, else the row fails. The table then goes on without the architectures
+    already done."""
+    rows: list[Row] = []
+    n_archs: int | None = None
+    exit_code = 0
+    outputs: list[str] = []
+    while True:
+        done = sorted({r.arch for r in rows})
+        args = [*ARGS, "-b", device]
+        if done:
+            args += ["-a", f"^(?!({'|'.join(re.escape(a) for a in done)})$)"]
+        output, code = _run(exe, args, cwd, SEGMENT_TIMEOUT)
+        outputs.append(output)
+        segment = parse(output)
+        stopped = next((r for r in segment.rows if r.status is None), None)
+        if stopped is None:
+            rows += segment.rows
+            n_archs = None if segment.n_archs is None else len(done) + segment.n_archs
+            exit_code = code
+            if segment.n_archs is None and not segment.rows:
+                exit_code = code or 1
+            break
+        rows += [r for r in segment.rows if r.status is not None and r.arch != stopped.arch]
+        kept = [r for r in segment.rows if r.arch == stopped.arch and r.status is not None]
+        _, upstream_code = _run(
+            exe, ["-s", "42", "-b", device, "-a", f"^{re.escape(stopped.arch)}$"], cwd, UPSTREAM_TIMEOUT
+        )
+        how = (
+            f"is stopped after {UPSTREAM_TIMEOUT:.0f} s"
+            if upstream_code == -9
+            else f"exits with {upstream_code}"
+        )
+        stop = f"the test stopped here (exit {code})"
+        own = f"upstream's own test of {stopped.arch} on {device}, without a range,"
+        status: Status = "device-failure" if upstream_code != 0 else "failed"
+        detail = f"{stop}; {own} {how} too" if upstream_code != 0 else f"{stop}, and {own} passes"
+        rows += [*kept, dataclasses.replace(stopped, status=status, detail=detail)]
+    return checks("\n".join(outputs), exit_code, Table(rows=rows, n_archs=n_archs))
 
 
 GROUP = GroupSpec(_verify)

@@ -32,6 +32,9 @@ NMSE_TOLERANCE = 1e-4
 (the tolerance upstream's test-llama-archs uses to compare backends)."""
 PREFILL_TOKENS = 32
 GREEDY_TOKENS = 16
+TIMEOUT = 900.0
+"""How long a worker request may take: a software device (lavapipe) on 2 cores runs a prefill of Gemma 3's
+262k-token head in minutes."""
 ALL = 999
 """An n_gpu_layers above every range's size: every layer of the range is offloaded."""
 
@@ -142,7 +145,9 @@ def _prompt(env: Env, model: Path, real: bool) -> list[int]:
     if not real:
         rng = np.random.default_rng(7)
         return [int(t) for t in rng.integers(0, synth.LLAMA_UNTIED.n_vocab, PREFILL_TOKENS)]
-    with Pipeline(env.worker, model, [(0, -1)], threads=env.threads, n_gpu_layers=0) as whole:
+    with Pipeline(
+        env.worker, model, [(0, -1)], threads=env.threads, n_gpu_layers=0, timeout=TIMEOUT
+    ) as whole:
         tokens = whole.tokenize(prompts.LONG)
     if len(tokens) < PREFILL_TOKENS:
         raise RuntimeError(f"the prompt has {len(tokens)} tokens, fewer than {PREFILL_TOKENS}")
@@ -153,7 +158,9 @@ def reference(env: Env, model: Path, n_layer: int, real: bool) -> Reference:
     tokens = _prompt(env, model, real)
     runs = {}
     for ngl in (ALL, 0):
-        with Pipeline(env.worker, model, [(0, n_layer)], threads=env.threads, n_gpu_layers=ngl) as whole:
+        with Pipeline(
+            env.worker, model, [(0, n_layer)], threads=env.threads, n_gpu_layers=ngl, timeout=TIMEOUT
+        ) as whole:
             logits = whole.step("prefill", 1, 0, tokens, logits="all").logits
             greedy = whole.generate("greedy", 1, tokens, GREEDY_TOKENS) if ngl == ALL else []
         runs[ngl] = (logits, greedy)
@@ -167,7 +174,7 @@ def check_config(
     problems: list[str] = []
     device_bytes = []
     with Pipeline(
-        env.worker, inv.path, ranges, threads=env.threads, n_gpu_layers=config.n_gpu_layers
+        env.worker, inv.path, ranges, threads=env.threads, n_gpu_layers=config.n_gpu_layers, timeout=TIMEOUT
     ) as pipe:
         for (begin, end), rep in zip(ranges, pipe.info, strict=True):
             problems += placement_problems(inv, rep, begin, end, config.n_gpu_layers)
@@ -201,8 +208,17 @@ def _checks(env: Env, model: Path, evidence: Evidence, label: str) -> list[Check
             hint="run it as `dgr verify --backend vulkan` (or another GPU backend)",
         )
     inv = inventory.read(model)
-    ref = reference(env, model, inv.n_layer, evidence == REAL_MODEL)
-    checks: list[Check] = []
+    refs: list[Reference] = []
+
+    def unsplit() -> list[Check]:
+        refs.append(reference(env, model, inv.n_layer, evidence == REAL_MODEL))
+        return []
+
+    # the unsplit model on the device: what every split is compared with (a failure is a failed check)
+    checks = guarded("offload", f"unsplit/{label}", evidence, unsplit)
+    if not refs:
+        return checks
+    ref = refs[0]
     for config in configs(inv.n_layer):
         checks += guarded(
             "offload",
