@@ -183,9 +183,10 @@ def test_the_tensors_expected_on_the_device() -> None:
     assert "token_embd.weight" not in offload.expected_on_device(untied, 0, 4, 99)
 
 
-def report(device: list[str], kv: list[tuple[int, bool]], kv_device: int) -> dict[str, Any]:
+def report(device: list[str], kv: list[tuple[int, bool]], kv_device: int, extra: int = 0) -> dict[str, Any]:
     return {
         "device_tensors": device,
+        "device_bytes": sum(inventory(False).tensors[n] for n in device) + extra,
         "kv_layers": [{"layer": il, "on_device": on, "k_bytes": 8} for il, on in kv],
         "memory": {"kv_device_bytes": kv_device},
     }
@@ -200,6 +201,11 @@ def test_a_misplaced_layer_is_a_problem() -> None:
     assert "on the device but not offloaded ['blk.0.attn_q.weight']" in problems[0]
     assert "offloaded but not on the device ['blk.1.attn_q.weight']" in problems[0]
     assert "the K cache of layer 0 is on the device" in problems[-1]
+    # llama.cpp's tensors on the device are larger than the file's
+    bigger = report(["blk.1.attn_q.weight", "blk.1.ffn_up.weight"], [(0, False), (1, True)], 16, extra=4)
+    assert offload.placement_problems(inv, bigger, 0, 2, 1) == [
+        "[0, 2): 34 bytes of weights on the device, the offloaded tensors have 30 in the file"
+    ]
     none = report([], [(0, False), (1, False)], 0)
     assert any(
         "0 bytes of KV cache on the device" in p for p in offload.placement_problems(inv, none, 0, 2, 1)

@@ -249,7 +249,7 @@ class DebPackage:
         )
 
     def to_toml(self) -> dict[str, Any]:
-        return {"package": self.package, "version": self.version, "suite": self.suite, "sha256": self.sha256}
+        return convert.to_json(self)
 
 
 @dataclass(frozen=True)

@@ -103,11 +103,13 @@ def placement_problems(
             f"{where}: on the device but not offloaded {sorted(on_device - want)[:4]}, "
             f"offloaded but not on the device {sorted(want - on_device)[:4]}"
         )
-    want_bytes = inv.bytes_of(want)
-    held_bytes = sum(inv.tensors[n] for n in on_device if n in inv.tensors)
-    if held_bytes != want_bytes:
+    # the bytes llama.cpp holds on the device (its tensors' sizes), against the offloaded tensors' in the file
+    shared = {n for n in rep["device_tensors"] if inventory.is_shared(n) and n in inv.tensors}
+    device_bytes, want_bytes = int(rep["device_bytes"]) - inv.bytes_of(shared), inv.bytes_of(want)
+    if device_bytes != want_bytes:
         problems.append(
-            f"{where}: {held_bytes} bytes of weights on the device, the offloaded tensors have {want_bytes}"
+            f"{where}: {device_bytes} bytes of weights on the device, the offloaded tensors have "
+            f"{want_bytes} in the file"
         )
     layers, _ = offloaded_layers(begin, end, inv.n_layer, ngl)
     kv = rep.get("kv_layers", [])
