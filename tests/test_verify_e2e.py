@@ -35,7 +35,8 @@ def real_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def dgr(cache: Path, *args: str) -> Any:
-    return run_dgr(*args, env={"DGR_REPO": str(ROOT), "DGR_CACHE_DIR": str(cache)})
+    # a cold `dgr verify` builds the baseline and every prefix of the series: over 30 min on 2 cores
+    return run_dgr(*args, env={"DGR_REPO": str(ROOT), "DGR_CACHE_DIR": str(cache)}, timeout=3600)
 
 
 @pytest.fixture(scope="session")

@@ -184,28 +184,32 @@ def _verify(session: Session) -> list[Check]:
     return checks(result.stdout, result.returncode)
 
 
-SEGMENT_TIMEOUT = 3600.0
-"""The longest a run of the table on a device may take before it counts as stopped (a hung driver)."""
+SEGMENT_TIMEOUT = 1200.0
+"""The longest a run of the table on a device may take; past it, the architecture it was at runs alone."""
+ARCH_TIMEOUT = 600.0
+"""The longest one architecture may take on a device, alone, before it counts as stopped (a hung driver)."""
 UPSTREAM_TIMEOUT = 600.0
 
 
 def _run(exe: Path, args: list[str], cwd: Path, timeout: float) -> tuple[str, int]:
-    """The output and exit code of test-llama-archs; a run past `timeout` is stopped (exit code -9)."""
+    """The output and exit code of test-llama-archs; a run past `timeout` is stopped (exit code -9), with
+    what it printed until then (its last row is where it hung)."""
     try:
         result = proc.run(
             [exe, *args], check=False, error=VerifyError, what="test-llama-archs", cwd=cwd, timeout=timeout
         )
-    except VerifyError:
-        return "", -9
+    except VerifyError as exc:
+        printed = getattr(exc.__cause__, "stdout", None) or ""
+        return printed.decode(errors="replace") if isinstance(printed, bytes) else str(printed), -9
     return result.stdout, result.returncode
 
 
 def _on_device(exe: Path, device: str, cwd: Path) -> list[Check]:
-    """The table on a GPU device. A driver can crash or hang in the middle of it (Mesa 22's lavapipe does on
-    qwen3next's MoE in upstream's own test): the architecture it stopped at is run in upstream's own test on
-    the device, without a range (`test-llama-archs -a ARCH -b DEVICE`); when that fails too, the row is a
-    `device-failure` with that evidence, else the row fails. The table then goes on without the architectures
-    already done."""
+    """The table on a GPU device. A driver can crash or hang in the middle of it (Mesa 22's lavapipe crashes
+    on qwen3next's MoE and hangs on qwen35 in upstream's own test): the architecture it stopped at (after a
+    time-out: which did not finish alone either) is run in upstream's own test on the device, without a range
+    (`test-llama-archs -a ARCH -b DEVICE`); when that fails too, the row is a `device-failure` with that
+    evidence, else the row fails. The table then goes on without the architectures already done."""
     rows: list[Row] = []
     n_archs: int | None = None
     exit_code = 0
@@ -228,6 +232,15 @@ def _on_device(exe: Path, device: str, cwd: Path) -> list[Check]:
             break
         rows += [r for r in segment.rows if r.status is not None and r.arch != stopped.arch]
         kept = [r for r in segment.rows if r.arch == stopped.arch and r.status is not None]
+        if code == -9:
+            # the table ran out of time at this architecture: alone, it may be slow but finish
+            alone_args = [*ARGS, "-b", device, "-a", f"^{re.escape(stopped.arch)}$"]
+            alone_output, code = _run(exe, alone_args, cwd, ARCH_TIMEOUT)
+            outputs.append(alone_output)
+            alone = parse(alone_output)
+            if alone.rows and all(r.status is not None for r in alone.rows):
+                rows += alone.rows
+                continue
         _, upstream_code = _run(
             exe, ["-s", "42", "-b", device, "-a", f"^{re.escape(stopped.arch)}$"], cwd, UPSTREAM_TIMEOUT
         )
