@@ -201,3 +201,10 @@ def test_cache_dir_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("DGR_CACHE_DIR", str(ROOT / "cache"))
     with pytest.raises(errors.ConfigError, match="inside the repository"):
         find_cache_root(ROOT)
+
+
+def test_a_bad_choice_of_an_option_names_the_option_not_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", "--backend", "vulkn"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --backend: 'vulkn' is not one of cpu, vulkan; did you mean `vulkan`?" in err
+    assert "not a dgr command" not in err

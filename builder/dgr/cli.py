@@ -42,10 +42,12 @@ class _Parser(argparse.ArgumentParser):
         if m := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message):
             choices = re.findall(r"'([^']*)'", m.group(2))
             close = difflib.get_close_matches(m.group(1), choices, n=1)
-            message = f"{m.group(1)!r} is not a dgr command" + (
-                f"; did you mean `{close[0]}`?" if close else ""
-            )
-            message += " (`dgr --help` lists the commands)"
+            suggestion = f"; did you mean `{close[0]}`?" if close else ""
+            if " " in self.prog:  # a command's option: `dgr build --backend metal`
+                option = message.partition(": invalid choice")[0]
+                message = f"{option}: {m.group(1)!r} is not one of {', '.join(choices)}{suggestion}"
+            else:
+                message = f"{m.group(1)!r} is not a dgr command{suggestion} (`dgr --help` lists the commands)"
         super().error(message)
 
 
