@@ -245,7 +245,12 @@ def write_report(
         "checks": checks,
         "harness": harness_json(),
     }
-    path = Path(os.environ["DGR_CACHE_DIR"]) / "reports" / f"{digest}.json"
+    # where `dgr verify` keeps a report of these groups (reportstore.name)
+    path = (
+        Path(os.environ["DGR_CACHE_DIR"])
+        / "reports"
+        / f"{digest}{'' if groups == GROUPS else '-' + '-'.join(groups)}.json"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
     return path

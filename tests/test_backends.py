@@ -183,10 +183,24 @@ def test_the_tensors_expected_on_the_device() -> None:
     assert "token_embd.weight" not in offload.expected_on_device(untied, 0, 4, 99)
 
 
-def report(device: list[str], kv: list[tuple[int, bool]], kv_device: int, extra: int = 0) -> dict[str, Any]:
+def report(
+    device: list[str],
+    kv: list[tuple[int, bool]],
+    kv_device: int,
+    extra: int = 0,
+    layers: tuple[str, ...] = ("CPU", "Vulkan0"),
+    output: str | None = None,
+    kept: tuple[tuple[str, bool], ...] = (),
+) -> dict[str, Any]:
+    tensors = inventory(False).tensors
     return {
         "device_tensors": device,
-        "device_bytes": sum(inventory(False).tensors[n] for n in device) + extra,
+        "device_bytes": sum(tensors[n] for n in device) + extra,
+        "layer_devices": list(layers),
+        "output_device": output,
+        "host_kept": [
+            {"name": n, "bytes": tensors[n], "device": "Vulkan0", "device_supports": ok} for n, ok in kept
+        ],
         "kv_layers": [{"layer": il, "on_device": on, "k_bytes": 8} for il, on in kv],
         "memory": {"kv_device_bytes": kv_device},
     }
@@ -195,18 +209,56 @@ def report(device: list[str], kv: list[tuple[int, bool]], kv_device: int, extra:
 def test_a_misplaced_layer_is_a_problem() -> None:
     inv = inventory(False)
     good = report(["blk.1.attn_q.weight", "blk.1.ffn_up.weight"], [(0, False), (1, True)], 16)
-    assert offload.placement_problems(inv, good, 0, 2, 1) == []
+    assert offload.placement_problems(inv, good, 0, 2, 1, "Vulkan0") == []
     wrong = report(["blk.0.attn_q.weight", "blk.1.ffn_up.weight"], [(0, True), (1, True)], 32)
-    problems = offload.placement_problems(inv, wrong, 0, 2, 1)
+    problems = offload.placement_problems(inv, wrong, 0, 2, 1, "Vulkan0")
     assert "on the device but not offloaded ['blk.0.attn_q.weight']" in problems[0]
     assert "offloaded but not on the device ['blk.1.attn_q.weight']" in problems[0]
     assert "the K cache of layer 0 is on the device" in problems[-1]
     # llama.cpp's tensors on the device are larger than the file's
     bigger = report(["blk.1.attn_q.weight", "blk.1.ffn_up.weight"], [(0, False), (1, True)], 16, extra=4)
-    assert offload.placement_problems(inv, bigger, 0, 2, 1) == [
+    assert offload.placement_problems(inv, bigger, 0, 2, 1, "Vulkan0") == [
         "[0, 2): 34 bytes of weights on the device, the offloaded tensors have 30 in the file"
     ]
     none = report([], [(0, False), (1, False)], 0)
     assert any(
-        "0 bytes of KV cache on the device" in p for p in offload.placement_problems(inv, none, 0, 2, 1)
+        "0 bytes of KV cache on the device" in p
+        for p in offload.placement_problems(inv, none, 0, 2, 1, "Vulkan0")
     )
+
+
+def test_the_layer_assignment_is_judged_strictly() -> None:
+    inv = inventory(False)
+    both = report(
+        ["blk.1.attn_q.weight", "blk.1.ffn_up.weight"],
+        [(0, False), (1, True)],
+        16,
+        layers=("Vulkan0", "Vulkan0"),
+    )
+    assert offload.placement_problems(inv, both, 0, 2, 1, "Vulkan0") == [
+        "[0, 2): layer 0 is assigned to Vulkan0, not CPU"
+    ]
+    # the range with the output layer: n_gpu_layers 1 offloads the output layer only
+    head = report(["output_norm.weight", "output.weight"], [(2, False), (3, False)], 0, layers=("CPU", "CPU"))
+    assert offload.placement_problems(inv, head | {"output_device": "CPU"}, 2, 4, 1, "Vulkan0") == [
+        "[2, 4): the output layer is assigned to CPU"
+    ]
+
+
+def test_a_weight_the_device_cannot_use_may_stay_in_host_memory() -> None:
+    # lavapipe cannot hold Gemma 3's tied head: llama.cpp keeps it in host memory, its own fallback
+    inv = inventory(False)
+    kept = report(
+        ["output_norm.weight"],
+        [(2, False), (3, False)],
+        0,
+        layers=("CPU", "CPU"),
+        output="Vulkan0",
+        kept=(("output.weight", False),),
+    )
+    assert offload.placement_problems(inv, kept, 2, 4, 1, "Vulkan0") == []
+    # a weight whose op the device supports must be on the device
+    supported = kept | {"host_kept": [{**kept["host_kept"][0], "device_supports": True}]}
+    problems = offload.placement_problems(inv, supported, 2, 4, 1, "Vulkan0")
+    assert problems[0] == "[2, 4): output.weight is in host memory, though Vulkan0 supports its op"
+    assert "offloaded but not on the device ['output.weight']" in problems[1]

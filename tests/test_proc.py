@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+import time
+
 import pytest
+from dgr.core import proc
 from dgr.core.proc import run
 from dgr.core.proc import stream as real_stream
 from dgr.errors import BuildError
@@ -39,3 +43,17 @@ def test_stream_failure(capsys: pytest.CaptureFixture[str]) -> None:
 def test_child_interrupted_is_an_interrupt(script: str) -> None:
     with pytest.raises(KeyboardInterrupt):
         real_stream(["sh", "-c", script])
+
+
+def test_watch_stops_a_command_that_prints_nothing_and_keeps_what_it_printed() -> None:
+    script = "import sys, time; print('row', end='', flush=True); time.sleep(30)"
+    t0 = time.monotonic()
+    watched = proc.watch([sys.executable, "-c", script], idle_s=1.0)
+    assert watched.stalled and watched.returncode == -9 and watched.output == "row"
+    assert time.monotonic() - t0 < 10
+
+
+def test_watch_returns_the_exit_code_of_a_command_that_keeps_printing() -> None:
+    script = "import sys, time\nfor i in range(3):\n    print(i, flush=True); time.sleep(0.6)\nsys.exit(3)"
+    watched = proc.watch([sys.executable, "-c", script], idle_s=1.0)
+    assert not watched.stalled and watched.returncode == 3 and watched.output.split() == ["0", "1", "2"]

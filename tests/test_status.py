@@ -68,3 +68,21 @@ def data_verify(capsys: pytest.CaptureFixture[str], digest: str) -> str:
     write_report(digest)
     verify: str = status(capsys)["verify"]
     return verify
+
+
+def test_a_gpu_backend_has_its_own_build_and_report(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    digest = buildplan.plan(Context.discover(), buildplan.Request(backend="vulkan")).digest
+    assert digest != buildplan.plan(Context.discover(), buildplan.Request()).digest
+    assert main(["status", "--backend", "vulkan", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["backend"] == "vulkan" and data["inputs_digest"] == digest and data["build"] is None
+    assert data["next"] == "dgr build --backend vulkan" and data["export_needs"] == []
+    # the CPU build's report (every CPU group) does not count for the backend; the report of its groups does
+    write_report(digest)
+    assert main(["status", "--backend", "vulkan", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verify"].startswith("missing: ")
+    write_report(digest, groups=("archs", "offload"))
+    assert main(["status", "--backend", "vulkan"]) == 0
+    text = capsys.readouterr().out
+    assert "backend:    vulkan\n" in text and "verify:     passed: 2 checks" in text
+    assert "export-upstream:" not in text

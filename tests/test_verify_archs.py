@@ -70,8 +70,9 @@ def test_no_table_is_a_failure() -> None:
     assert [c.name for c in checks] == [archs.SUMMARY] and not checks[0].passed
 
 
-# a test-llama-archs whose table stops at qwen3next's MoE on the device (as Mesa 22's lavapipe crashes there);
-# upstream's own test of the architecture (no --layer-ranges) exits with UPSTREAM_RC
+# a test-llama-archs whose table stops at qwen3next's MoE on the device: it crashes there (as Mesa 22's
+# lavapipe does), hangs (prints nothing), or is slow (alone it finishes); upstream's own test of the
+# architecture (no --layer-ranges) exits with UPSTREAM_RC, or hangs
 FAKE_TEST = r"""
 import sys, time
 args = sys.argv[1:]
@@ -79,9 +80,8 @@ with open(sys.argv[0] + ".calls", "a") as log:
     log.write(" ".join(args) + "\n")
 row = "|%16s|%6s|%7s|%-12s|%s"
 ok = "CERTIFIED logits within NMSE 1e-4"
-hang = UPSTREAM_RC in ("hang", "slow")
 if "--layer-ranges" not in args:
-    if hang:
+    if UPSTREAM_RC == "hang":
         time.sleep(60)
     sys.exit(UPSTREAM_RC)
 only = args[args.index("-a") + 1] if "-a" in args else None
@@ -90,12 +90,13 @@ if only is None:
 if only in (None, "^qwen3next$"):
     print(row % ("qwen3next", "Dense", 4, "2,3,1+1", ok))
     print("|%16s|%6s|%7s|" % ("qwen3next", "MoE", 4), end="", flush=True)
-    if UPSTREAM_RC == "slow" and only is not None:
+    if MODE == "slow":
+        time.sleep(2 if only else 60)
         print("2,3,1+1     |" + ok)
         print("Summary: 1 architectures, 2 certified, 0 refused, 0 without a model, 0 failed, "
               "0 load checks failed")
         sys.exit(0)
-    if hang:
+    if MODE == "hang":
         time.sleep(60)
     sys.exit(139)
 print(row % ("gemma3", "Dense", 4, "2,3,1+1", ok))
@@ -103,11 +104,15 @@ print("Summary: 1 architectures, 1 certified, 0 refused, 0 without a model, 0 fa
 """
 
 
-def fake_test(tmp_path: Path, upstream_rc: int | str) -> Path:
+def fake_test(tmp_path: Path, upstream_rc: int | str, mode: str = "crash") -> Path:
     exe = tmp_path / "test-llama-archs"
-    exe.write_text(f"#!{sys.executable}\nUPSTREAM_RC = {upstream_rc!r}\n{FAKE_TEST}")
+    exe.write_text(f"#!{sys.executable}\nUPSTREAM_RC = {upstream_rc!r}\nMODE = {mode!r}\n{FAKE_TEST}")
     exe.chmod(0o755)
     return exe
+
+
+def calls(tmp_path: Path) -> list[str]:
+    return (tmp_path / "test-llama-archs.calls").read_text().splitlines()
 
 
 def test_a_device_that_fails_upstreams_own_test_is_a_device_failure(tmp_path: Path) -> None:
@@ -121,45 +126,57 @@ def test_a_device_that_fails_upstreams_own_test_is_a_device_failure(tmp_path: Pa
     summary = checks[archs.SUMMARY].figures
     assert summary["architectures"] == 3 and summary["device_failure"] == {"qwen3next": reason}
     # upstream's test of the architecture alone, then the table again without the architectures done
-    calls = (tmp_path / "test-llama-archs.calls").read_text().splitlines()
-    assert calls[1] == "-s 42 -b Vulkan0 -a ^qwen3next$"
-    assert calls[2].endswith("-b Vulkan0 -a ^(?!(llama|qwen3next)$)")
+    assert calls(tmp_path)[1] == "-s 42 -b Vulkan0 -a ^qwen3next$"
+    assert calls(tmp_path)[2].endswith("-b Vulkan0 -a ^(?!(llama|qwen3next)$)")
 
 
-def test_a_stop_that_upstreams_own_test_does_not_share_fails(tmp_path: Path) -> None:
+def test_a_crash_that_upstreams_own_test_does_not_share_fails(tmp_path: Path) -> None:
     checks = {c.name: c for c in archs._on_device(fake_test(tmp_path, 0), "Vulkan0", tmp_path)}
     assert not checks["qwen3next/moe"].passed
+    detail = checks["qwen3next/moe"].detail
     assert (
-        "upstream's own test of qwen3next on Vulkan0, without a range, passes"
-        in checks["qwen3next/moe"].detail
+        "stopped here (exit 139), and upstream's own test of qwen3next on Vulkan0, without a range, passes"
+        in detail
     )
     assert checks[archs.SUMMARY].figures["failed"] == 1
+    assert len(calls(tmp_path)) == 3  # a crash is not run again alone
 
 
 def test_a_hung_driver_is_stopped_and_its_row_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the table hangs at qwen3next's MoE (as Mesa 25's lavapipe does), and so does upstream's own test
-    monkeypatch.setattr(archs, "SEGMENT_TIMEOUT", 3.0)
-    monkeypatch.setattr(archs, "ARCH_TIMEOUT", 3.0)
-    monkeypatch.setattr(archs, "UPSTREAM_TIMEOUT", 3.0)
-    checks = {c.name: c for c in archs._on_device(fake_test(tmp_path, "hang"), "Vulkan0", tmp_path)}
+    monkeypatch.setattr(archs, "IDLE_TIMEOUT", 3.0)
+    checks = {c.name: c for c in archs._on_device(fake_test(tmp_path, "hang", "hang"), "Vulkan0", tmp_path)}
     assert all(c.passed for c in checks.values()), [c.detail for c in checks.values() if not c.passed]
     # the rows printed before the hang are kept, the hung one is a device failure, the table goes on
     assert checks["qwen3next/dense"].figures["status"] == "certified"
     reason = checks["qwen3next/moe"].figures["reason"]
-    assert "the test stopped here (exit -9)" in reason and "is stopped after 3 s too" in reason
+    assert "the test printed nothing for 3 s here; upstream's own test" in reason
+    assert "prints nothing for 3 s too" in reason
     assert checks[archs.SUMMARY].figures["architectures"] == 3
-    # before upstream's test, the architecture ran alone (it could have been slow, not hung)
-    calls = (tmp_path / "test-llama-archs.calls").read_text().splitlines()
-    assert calls[1] == "--layer-ranges -s 42 -b Vulkan0 -a ^qwen3next$"
-    assert calls[2] == "-s 42 -b Vulkan0 -a ^qwen3next$"
+    assert calls(tmp_path)[1] == "-s 42 -b Vulkan0 -a ^qwen3next$"
+    assert len(calls(tmp_path)) == 3
 
 
 def test_an_architecture_that_is_only_slow_finishes_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(archs, "SEGMENT_TIMEOUT", 3.0)
-    checks = {c.name: c for c in archs._on_device(fake_test(tmp_path, "slow"), "Vulkan0", tmp_path)}
+    monkeypatch.setattr(archs, "IDLE_TIMEOUT", 1.0)
+    monkeypatch.setattr(archs, "ARCH_TIMEOUT", 10.0)
+    checks = {c.name: c for c in archs._on_device(fake_test(tmp_path, 0, "slow"), "Vulkan0", tmp_path)}
     assert all(c.passed for c in checks.values()), [c.detail for c in checks.values() if not c.passed]
     assert checks["qwen3next/moe"].figures["status"] == "certified"
-    calls = (tmp_path / "test-llama-archs.calls").read_text().splitlines()
-    assert len(calls) == 3 and "-a ^qwen3next$" in calls[1]  # no upstream test: it finished alone
+    # the table, upstream's test (passes), the architecture alone (finishes), the rest of the table
+    assert calls(tmp_path)[1:3] == [
+        "-s 42 -b Vulkan0 -a ^qwen3next$",
+        "--layer-ranges -s 42 -b Vulkan0 -a ^qwen3next$",
+    ]
+    assert len(calls(tmp_path)) == 4
+
+
+def test_a_row_that_hangs_alone_too_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(archs, "IDLE_TIMEOUT", 2.0)
+    monkeypatch.setattr(archs, "ARCH_TIMEOUT", 2.0)
+    checks = {c.name: c for c in archs._on_device(fake_test(tmp_path, 0, "hang"), "Vulkan0", tmp_path)}
+    detail = checks["qwen3next/moe"].detail
+    assert not checks["qwen3next/moe"].passed
+    assert "printed nothing for 2 s here, and alone it printed nothing for 2 s, and upstream's own" in detail

@@ -166,7 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
         "also fetch and verify every model of locks/model.toml (the default first); print their paths",
     )
 
-    _flag(command("status"), "--json", "print the status as JSON")
+    p = command("status")
+    _flag(p, "--json", "print the status as JSON")
+    _backend(p)
 
     p = command("build", mirror=True)
     p.add_argument(

@@ -11,6 +11,7 @@
 #include "llama-kv-cache.h"
 #include "llama-kv-cache-iswa.h"
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -380,6 +381,14 @@ json worker::ownership() const {
     out["device_tensors"] = on_device;
     out["device_bytes"]   = device_bytes;
     out["device_buffer_size"] = device_buffer_size();
+    // the device the model assigned each layer of the range to, and the output layer's
+    json layer_devices = json::array();
+    for (int32_t il = held_.begin; il < held_.end; ++il) {
+        layer_devices.push_back(ggml_backend_dev_name(model_->dev_layer(il)));
+    }
+    out["layer_devices"] = layer_devices;
+    out["output_device"] = held_.output ? json(ggml_backend_dev_name(model_->dev_output())) : json(nullptr);
+    out["host_kept"]     = host_kept();
     if (ctx_) {
         out["kv_layers"] = kv_layers();
     }
@@ -416,6 +425,51 @@ uint64_t worker::device_buffer_size() const {
         }
     }
     return size;
+}
+
+// whether `dev` can run the op that uses the weight `w` with it in a buffer of the device: the test llama.cpp
+// makes when it selects a weight's buffer type (a product for a matrix, a multiplication for a vector)
+static bool device_supports_weight(ggml_backend_dev_t dev, const ggml_tensor * w) {
+    ggml_init_params params = { ggml_tensor_overhead() * 4, nullptr, true };
+    ggml_context_ptr ctx_ptr{ ggml_init(params) };
+    ggml_context *   ctx = ctx_ptr.get();
+    ggml_tensor *    cw  = ggml_new_tensor(ctx, w->type, GGML_MAX_DIMS, w->ne);
+    ggml_tensor *    op  = nullptr;
+    if (ggml_n_dims(w) >= 2) {
+        op = ggml_mul_mat(ctx, cw, ggml_new_tensor_4d(ctx, GGML_TYPE_F32, w->ne[0], 512, w->ne[2], w->ne[3]));
+    } else {
+        op = ggml_mul(ctx, ggml_new_tensor_4d(ctx, GGML_TYPE_F32, w->ne[0], w->ne[1], w->ne[2], w->ne[3]), cw);
+    }
+    cw->buffer = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(dev), 0);
+    const bool ok = ggml_backend_dev_supports_op(dev, op);
+    ggml_backend_buffer_free(cw->buffer);
+    cw->buffer = nullptr;
+    return ok;
+}
+
+// the tensors of layers assigned to a GPU device that llama.cpp's buffer-type selection kept in host memory,
+// and whether that device supports the op of each (when it does not, host memory is llama.cpp's fallback)
+json worker::host_kept() const {
+    json out = json::array();
+    const int32_t n_layer = llama_model_n_layer(model_);
+    for (const auto & [name, t] : llama_internal_get_tensor_map(model_)) {
+        if (t->buffer == nullptr || !ggml_backend_buffer_is_host(t->buffer)) {
+            continue;
+        }
+        int il = -1;
+        ggml_backend_dev_t dev = nullptr;
+        if (std::sscanf(name.c_str(), "blk.%d.", &il) == 1 && il >= 0 && il < n_layer) {
+            dev = model_->dev_layer(il);
+        } else if (t == model_->output || t == model_->output_norm || name.rfind("output", 0) == 0) {
+            dev = model_->dev_output();
+        }
+        if (dev == nullptr || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+            continue;
+        }
+        out.push_back({ {"name", name}, {"bytes", ggml_nbytes(t)}, {"device", ggml_backend_dev_name(dev)},
+                        {"device_supports", device_supports_weight(dev, t)} });
+    }
+    return out;
 }
 
 // the layers of the KV cache of the context: for each, where its K tensor is and its bytes

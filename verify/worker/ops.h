@@ -85,6 +85,7 @@ private:
     uint64_t model_buffer_size() const;
     uint64_t device_buffer_size() const;
     json     kv_layers() const;
+    json     host_kept() const;
     void unload();
     void require_context() const;
 

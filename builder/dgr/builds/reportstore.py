@@ -43,10 +43,12 @@ class Stored:
     report: Report
 
 
-def load_passing(cache: Cache, digest: str, harness: Harness, hint: str = VERIFY_HINT) -> Stored:
-    """The report of `digest`; VerifyError unless it exists, is well-formed, passed, covers every group and
-    was run by `harness` (the current one: dgr.builds.harness)."""
-    rel = name(digest)
+def load_passing(
+    cache: Cache, digest: str, harness: Harness, hint: str = VERIFY_HINT, groups: tuple[Group, ...] = GROUPS
+) -> Stored:
+    """The report of `groups` (default: the CPU build's, all) for `digest`; VerifyError unless it exists, is
+    well-formed, passed, covers every group and was run by `harness` (the current one: dgr.builds.harness)."""
+    rel = name(digest, groups)
     path = cache.root / rel
     raw = read_or_refuse(path, "there is no verify report for the current inputs", hint, VerifyError)
     try:
@@ -55,7 +57,7 @@ def load_passing(cache: Cache, digest: str, harness: Harness, hint: str = VERIFY
         raise VerifyError(f"{path} is not valid JSON ({exc})", hint=hint) from exc
     except ConfigError as exc:
         raise VerifyError(f"{path} is not a verify report: {exc.what}", hint=hint) from exc
-    problems = report.problems(digest)
+    problems = report.problems(digest, groups)
     if problems:
         raise VerifyError(
             "the verify report for the current inputs is not a complete pass",

@@ -1,6 +1,8 @@
 """`dgr status [--json]`: where the work stands, as `git status` says it for a work tree: the pin and the
 series, the edit tree, the build of the current inputs, the verify report and the bench behind
-`export-upstream`, and the next command to run. It reads only; it builds, fetches and writes nothing."""
+`export-upstream`, and the next command to run. With `--backend NAME` (a GPU backend): its build and the
+verify report of its groups instead (`export-upstream` is about the CPU build). It reads only; it builds,
+fetches and writes nothing."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 from dgr.builds import buildcache, buildplan, harness, reportstore
 from dgr.contracts import locks
+from dgr.contracts.backend import Backend
+from dgr.contracts.report import GPU_GROUPS, GROUPS
 from dgr.core.paths import Context
 from dgr.errors import EXIT_OK, DgrError, StaleError
 from dgr.export import measured
@@ -19,6 +23,7 @@ from dgr.maintain import editing
 
 @dataclass
 class Status:
+    backend: Backend
     pin: str
     series: list[str]
     inputs_digest: str
@@ -42,25 +47,33 @@ def _edit_tree(ctx: Context, pin: str) -> tuple[str | None, list[str]]:
     return str(edit_dir), pending
 
 
-def status(ctx: Context) -> Status:
+def status(ctx: Context, backend: Backend = "cpu") -> Status:
     lock = locks.load_upstream(ctx.repo.locks_dir)
-    plan = buildplan.plan(ctx, buildplan.Request())
+    plan = buildplan.plan(ctx, buildplan.Request(backend=backend))
+    gpu = backend != "cpu"
+    flag = f" --backend {backend}" if gpu else ""
     edit_dir, unexported = _edit_tree(ctx, lock.pin.commit)
     published = buildcache.BuildStore(ctx.cache).path(plan.digest)
     build = str(published) if (published / buildcache.MANIFEST).is_file() else None
     current = harness.current(ctx.repo)
     try:
-        stored = reportstore.load_passing(ctx.cache, plan.digest, current)
+        stored = reportstore.load_passing(
+            ctx.cache, plan.digest, current, groups=GPU_GROUPS if gpu else GROUPS
+        )
         verify = f"passed: {len(stored.report.checks)} checks ({stored.name})"
     except DgrError as exc:
         verify = f"{'stale' if isinstance(exc, StaleError) else 'missing'}: {exc.what}"
-    try:
-        models = locks.load_models(ctx.repo.locks_dir)
-        measured.load(ctx.cache.root / "bench" / "bench.json", plan.digest, current, models)
-        bench = "current (`dgr bench --rpc` of these inputs)"
-    except DgrError as exc:
-        bench = f"{'stale' if isinstance(exc, StaleError) else 'missing'}: {exc.what}"
+    if gpu:
+        bench = "not this backend's: the bench and export-upstream are about the CPU build (`dgr status`)"
+    else:
+        try:
+            models = locks.load_models(ctx.repo.locks_dir)
+            measured.load(ctx.cache.root / "bench" / "bench.json", plan.digest, current, models)
+            bench = "current (`dgr bench --rpc` of these inputs)"
+        except DgrError as exc:
+            bench = f"{'stale' if isinstance(exc, StaleError) else 'missing'}: {exc.what}"
     result = Status(
+        backend=backend,
         pin=f"llama.cpp {lock.pin.commit} ({lock.pin.commit_date.date()})",
         series=[ref.name for ref in plan.patches],
         inputs_digest=plan.digest,
@@ -70,18 +83,20 @@ def status(ctx: Context) -> Status:
         verify=verify,
         bench=bench,
     )
-    if build is None:
+    if not gpu and build is None:
         result.export_needs.append("a build of the current inputs (`dgr build`)")
-    if not verify.startswith("passed"):
+    if not gpu and not verify.startswith("passed"):
         result.export_needs.append("a passing verify report (`dgr verify`)")
-    if not bench.startswith("current"):
+    if not gpu and not bench.startswith("current"):
         result.export_needs.append("a bench with the upstream comparisons (`dgr bench --rpc`)")
     if unexported:
         result.next = f"dgr export-patches --dir {edit_dir}"
     elif build is None:
-        result.next = "dgr build"
+        result.next = f"dgr build{flag}"
     elif not verify.startswith("passed"):
-        result.next = "dgr verify"
+        result.next = f"dgr verify{flag}"
+    elif gpu:
+        result.next = "nothing for this backend; `dgr status` for the CPU build and export-upstream"
     elif not bench.startswith("current"):
         result.next = "dgr bench --rpc"
     else:
@@ -90,7 +105,7 @@ def status(ctx: Context) -> Status:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = status(Context.discover())
+    result = status(Context.discover(), args.backend)
     if args.json:
         print(json.dumps(asdict(result), indent=2))
         return EXIT_OK
@@ -103,10 +118,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"edit tree:  {result.edit_tree}: not exported: {', '.join(result.unexported)}")
     else:
         print(f"edit tree:  {result.edit_tree}: nothing to export")
+    if result.backend != "cpu":
+        print(f"backend:    {result.backend}")
     print(f"build:      {result.build or 'not built'}")
     print(f"verify:     {result.verify}")
     print(f"bench:      {result.bench}")
     needs = "; ".join(result.export_needs)
-    print(f"export-upstream: {'ready' if not needs else 'needs ' + needs}")
+    if result.backend == "cpu":
+        print(f"export-upstream: {'ready' if not needs else 'needs ' + needs}")
     print(f"next:       {result.next}")
     return EXIT_OK

@@ -73,12 +73,12 @@ class Report(convert.Record):
     def group(self, group: Group) -> list[Check]:
         return [c for c in self.checks if c.group == group]
 
-    def problems(self, digest: str) -> list[str]:
-        """Why this is not a complete pass for the inputs `digest` (empty: it is one)."""
+    def problems(self, digest: str, groups: tuple[Group, ...] = GROUPS) -> list[str]:
+        """Why this is not a complete pass of `groups` for the inputs `digest` (empty: it is one)."""
         found: list[str] = []
         if self.inputs_digest != digest:
             found.append(f"it is for the inputs {self.inputs_digest}, not {digest}")
-        missing = [g for g in GROUPS if g not in self.groups or not self.group(g)]
+        missing = [g for g in groups if g not in self.groups or not self.group(g)]
         if missing:
             found.append(
                 f"it does not cover the group(s) {', '.join(missing)} "

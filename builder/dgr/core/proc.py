@@ -2,13 +2,16 @@
 
 `run` captures output and shows it (indented) only when the command fails, or
 always with -v. `stream` forwards progress lines (ninja's `[n/N]`) while the
-command runs and keeps the tail of the output for the failure report.
+command runs and keeps the tail of the output for the failure report. `watch`
+stops a command that prints nothing for a while (a hung driver) and keeps what
+it printed.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import selectors
 import shlex
 import signal
 import subprocess
@@ -16,6 +19,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -153,6 +157,65 @@ def stream(
             detail=failure_detail(cmd, returncode, "\n".join(tail)),
         )
     return list(tail)
+
+
+@dataclass(frozen=True)
+class Watched:
+    output: str
+    """stdout and stderr, interleaved as printed (partial lines too)."""
+    returncode: int
+    """The exit code; -9 when the command was stopped for printing nothing."""
+    stalled: bool
+
+
+def watch(
+    cmd: Sequence[str | Path],
+    *,
+    idle_s: float,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    error: type[DgrError] = DgrError,
+) -> Watched:
+    """Run `cmd` to its end, unless it prints nothing (not a byte) for `idle_s` seconds: then it is killed
+    and the result says `stalled`, with everything it printed until then. A failing exit code is returned,
+    not raised: the caller judges it."""
+    if log.is_verbose():
+        log.detail(f"$ {_quote(cmd)}")
+    chunks: list[bytes] = []
+    stalled = False
+    try:
+        child = subprocess.Popen(
+            [str(part) for part in cmd],
+            cwd=cwd,
+            env=_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+    except OSError as exc:
+        raise error(f"cannot start {cmd[0]}", actual=str(exc)) from exc
+    with child, selectors.DefaultSelector() as sel:
+        try:
+            assert child.stdout is not None
+            fd = child.stdout.fileno()
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                if not sel.select(timeout=idle_s):
+                    stalled = True
+                    child.kill()
+                    break
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                if log.is_verbose():
+                    log.detail(chunk.decode(errors="replace").rstrip("\n"))
+            returncode = child.wait()
+        except BaseException:
+            stop(child)
+            raise
+    if _interrupted(returncode):
+        raise KeyboardInterrupt
+    return Watched(b"".join(chunks).decode(errors="replace"), -9 if stalled else returncode, stalled)
 
 
 def stop(child: subprocess.Popen[Any]) -> None:

@@ -184,32 +184,27 @@ def _verify(session: Session) -> list[Check]:
     return checks(result.stdout, result.returncode)
 
 
-SEGMENT_TIMEOUT = 1200.0
-"""The longest a run of the table on a device may take; past it, the architecture it was at runs alone."""
-ARCH_TIMEOUT = 600.0
-"""The longest one architecture may take on a device, alone, before it counts as stopped (a hung driver)."""
-UPSTREAM_TIMEOUT = 600.0
+IDLE_TIMEOUT = 480.0
+"""The longest the test may print nothing on a device (a row takes seconds on lavapipe, the slowest about a
+minute): past it, the driver hung at the row printed last."""
+ARCH_TIMEOUT = 1800.0
+"""How long one architecture may print nothing when it runs alone, after upstream's own test passed on it:
+a row that was only slow finishes then."""
 
 
-def _run(exe: Path, args: list[str], cwd: Path, timeout: float) -> tuple[str, int]:
-    """The output and exit code of test-llama-archs; a run past `timeout` is stopped (exit code -9), with
-    what it printed until then (its last row is where it hung)."""
-    try:
-        result = proc.run(
-            [exe, *args], check=False, error=VerifyError, what="test-llama-archs", cwd=cwd, timeout=timeout
-        )
-    except VerifyError as exc:
-        printed = getattr(exc.__cause__, "stdout", None) or ""
-        return printed.decode(errors="replace") if isinstance(printed, bytes) else str(printed), -9
-    return result.stdout, result.returncode
+def _run(exe: Path, args: list[str], cwd: Path, idle_s: float) -> proc.Watched:
+    """test-llama-archs, stopped when it prints nothing for `idle_s` (exit code -9), with what it printed
+    until then: its last row, printed before the model runs, is where it stopped."""
+    return proc.watch([exe, *args], idle_s=idle_s, cwd=cwd, error=VerifyError)
 
 
 def _on_device(exe: Path, device: str, cwd: Path) -> list[Check]:
     """The table on a GPU device. A driver can crash or hang in the middle of it (Mesa 22's lavapipe crashes
-    on qwen3next's MoE and hangs on qwen35 in upstream's own test): the architecture it stopped at (after a
-    time-out: which did not finish alone either) is run in upstream's own test on the device, without a range
-    (`test-llama-archs -a ARCH -b DEVICE`); when that fails too, the row is a `device-failure` with that
-    evidence, else the row fails. The table then goes on without the architectures already done."""
+    on qwen3next's MoE and hangs on qwen35 in upstream's own test): the architecture it stopped at is run in
+    upstream's own test on the device, without a range (`test-llama-archs -a ARCH -b DEVICE`); when that
+    fails too, the row is a `device-failure` with that evidence. When upstream's test passes, a row that hung
+    runs alone with a longer limit (it may have been slow); a crash, or a row that does not finish alone,
+    fails. The table then goes on without the architectures already done."""
     rows: list[Row] = []
     n_archs: int | None = None
     exit_code = 0
@@ -219,41 +214,52 @@ def _on_device(exe: Path, device: str, cwd: Path) -> list[Check]:
         args = [*ARGS, "-b", device]
         if done:
             args += ["-a", f"^(?!({'|'.join(re.escape(a) for a in done)})$)"]
-        output, code = _run(exe, args, cwd, SEGMENT_TIMEOUT)
-        outputs.append(output)
-        segment = parse(output)
+        run = _run(exe, args, cwd, IDLE_TIMEOUT)
+        outputs.append(run.output)
+        segment = parse(run.output)
         stopped = next((r for r in segment.rows if r.status is None), None)
         if stopped is None:
             rows += segment.rows
             n_archs = None if segment.n_archs is None else len(done) + segment.n_archs
-            exit_code = code
+            exit_code = run.returncode
             if segment.n_archs is None and not segment.rows:
-                exit_code = code or 1
+                exit_code = run.returncode or 1
             break
         rows += [r for r in segment.rows if r.status is not None and r.arch != stopped.arch]
         kept = [r for r in segment.rows if r.arch == stopped.arch and r.status is not None]
-        if code == -9:
-            # the table ran out of time at this architecture: alone, it may be slow but finish
-            alone_args = [*ARGS, "-b", device, "-a", f"^{re.escape(stopped.arch)}$"]
-            alone_output, code = _run(exe, alone_args, cwd, ARCH_TIMEOUT)
-            outputs.append(alone_output)
-            alone = parse(alone_output)
-            if alone.rows and all(r.status is not None for r in alone.rows):
-                rows += alone.rows
-                continue
-        _, upstream_code = _run(
-            exe, ["-s", "42", "-b", device, "-a", f"^{re.escape(stopped.arch)}$"], cwd, UPSTREAM_TIMEOUT
-        )
+        only = f"^{re.escape(stopped.arch)}$"
+        upstream = _run(exe, ["-s", "42", "-b", device, "-a", only], cwd, IDLE_TIMEOUT)
         how = (
-            f"is stopped after {UPSTREAM_TIMEOUT:.0f} s"
-            if upstream_code == -9
-            else f"exits with {upstream_code}"
+            f"prints nothing for {IDLE_TIMEOUT:.0f} s"
+            if upstream.stalled
+            else f"exits with {upstream.returncode}"
         )
-        stop = f"the test stopped here (exit {code})"
+        stop = (
+            f"the test printed nothing for {IDLE_TIMEOUT:.0f} s here"
+            if run.stalled
+            else f"the test stopped here (exit {run.returncode})"
+        )
         own = f"upstream's own test of {stopped.arch} on {device}, without a range,"
-        status: Status = "device-failure" if upstream_code != 0 else "failed"
-        detail = f"{stop}; {own} {how} too" if upstream_code != 0 else f"{stop}, and {own} passes"
-        rows += [*kept, dataclasses.replace(stopped, status=status, detail=detail)]
+        if upstream.returncode != 0:
+            rows += [
+                *kept,
+                dataclasses.replace(stopped, status="device-failure", detail=f"{stop}; {own} {how} too"),
+            ]
+            continue
+        if run.stalled:
+            # the driver runs upstream's test of it: the row may only have been slow
+            alone = _run(exe, [*ARGS, "-b", device, "-a", only], cwd, ARCH_TIMEOUT)
+            outputs.append(alone.output)
+            table = parse(alone.output)
+            if table.rows and all(r.status is not None for r in table.rows):
+                rows += table.rows
+                continue
+            stop += (
+                f", and alone it printed nothing for {ARCH_TIMEOUT:.0f} s"
+                if alone.stalled
+                else ", and alone it stopped"
+            )
+        rows += [*kept, dataclasses.replace(stopped, status="failed", detail=f"{stop}, and {own} passes")]
     return checks("\n".join(outputs), exit_code, Table(rows=rows, n_archs=n_archs))
 
 
