@@ -217,9 +217,11 @@ def write_report(
     passed: bool = True,
     groups: tuple[str, ...] = GROUPS,
     native: tuple[str, ...] = (),
+    kept_as: tuple[str, ...] = GROUPS,
 ) -> Path:
     """A well-formed verify report for the inputs `digest`, where `dgr verify` keeps it in the test's cache:
-    one check per group (failing unless `passed`), and a passing native check per name of `native`."""
+    one check per group (failing unless `passed`), and a passing native check per name of `native`. It is
+    kept where `dgr verify` keeps a report of the groups `kept_as` (reportstore.name; default: all)."""
     checks = [
         {
             "group": group,
@@ -245,12 +247,8 @@ def write_report(
         "checks": checks,
         "harness": harness_json(),
     }
-    # where `dgr verify` keeps a report of these groups (reportstore.name)
-    path = (
-        Path(os.environ["DGR_CACHE_DIR"])
-        / "reports"
-        / f"{digest}{'' if groups == GROUPS else '-' + '-'.join(groups)}.json"
-    )
+    suffix = "" if kept_as == GROUPS else "-" + "-".join(kept_as)
+    path = Path(os.environ["DGR_CACHE_DIR"]) / "reports" / f"{digest}{suffix}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
     return path
