@@ -32,7 +32,10 @@ from dgr.verify.wire.pipeline import Pipeline
 NMSE_TOLERANCE = 1e-4
 """The largest normalized mean squared error of a split's logits against the unsplit model's on the device
 (the tolerance upstream's test-llama-archs uses to compare backends)."""
-PREFILL_TOKENS = 32
+PREFILL_TOKENS = 16
+"""Fewer than the batch from which ggml's scheduler runs a product of host weights on the device (op offload,
+32 tokens by default for Vulkan and CUDA): so the prefill's products run where the weights are, and a split
+with its layers on the CPU is compared with the unsplit model on the CPU, not with the device's kernels."""
 GREEDY_TOKENS = 16
 TIMEOUT = 900.0
 """How long a worker request may take: a software device (lavapipe) on 2 cores runs a prefill of Gemma 3's
@@ -153,7 +156,7 @@ def nmse(ref: np.ndarray, out: np.ndarray) -> float:
 
 
 @dataclass(frozen=True)
-class Run:
+class UnsplitRun:
     logits: np.ndarray
     greedy: list[int]
 
@@ -165,15 +168,15 @@ class Reference:
     a split with layers on both sides is between the two."""
 
     tokens: list[int]
-    device: Run
-    cpu: Run
+    device: UnsplitRun
+    cpu: UnsplitRun
 
     @property
     def cpu_nmse(self) -> float:
         """The NMSE of the prefill on the CPU (n_gpu_layers 0) against the same on the device."""
         return nmse(self.device.logits, self.cpu.logits)
 
-    def of(self, n_gpu_layers: int) -> Run | None:
+    def of(self, n_gpu_layers: int) -> UnsplitRun | None:
         """The run of the same placement: None for a split with layers both on the device and on the CPU."""
         return self.cpu if n_gpu_layers == 0 else self.device if n_gpu_layers >= ALL else None
 
@@ -199,7 +202,7 @@ def reference(env: Env, model: Path, n_layer: int, real: bool) -> Reference:
             env.worker, model, [(0, n_layer)], threads=env.threads, n_gpu_layers=ngl, timeout=TIMEOUT
         ) as whole:
             logits = whole.step("prefill", 1, 0, tokens, logits="all").logits
-            runs[ngl] = Run(logits, whole.generate("greedy", 1, tokens, GREEDY_TOKENS))
+            runs[ngl] = UnsplitRun(logits, whole.generate("greedy", 1, tokens, GREEDY_TOKENS))
     return Reference(tokens, device=runs[ALL], cpu=runs[0])
 
 
