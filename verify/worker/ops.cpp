@@ -382,7 +382,7 @@ json worker::ownership() const {
     out["device_bytes"]   = device_bytes;
     out["device_buffer_size"] = device_buffer_size();
     // the device the model assigned each layer of the range to, and the output layer's
-    json layer_devices = json::array();
+    json layer_devices        = json::array();
     for (int32_t il = held_.begin; il < held_.end; ++il) {
         layer_devices.push_back(ggml_backend_dev_name(model_->dev_layer(il)));
     }
@@ -440,7 +440,7 @@ static bool device_supports_weight(ggml_backend_dev_t dev, const ggml_tensor * w
     } else {
         op = ggml_mul(ctx, ggml_new_tensor_4d(ctx, GGML_TYPE_F32, w->ne[0], w->ne[1], w->ne[2], w->ne[3]), cw);
     }
-    cw->buffer = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(dev), 0);
+    cw->buffer    = ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(dev), 0);
     const bool ok = ggml_backend_dev_supports_op(dev, op);
     ggml_backend_buffer_free(cw->buffer);
     cw->buffer = nullptr;
@@ -450,13 +450,13 @@ static bool device_supports_weight(ggml_backend_dev_t dev, const ggml_tensor * w
 // the tensors of layers assigned to a GPU device that llama.cpp's buffer-type selection kept in host memory,
 // and whether that device supports the op of each (when it does not, host memory is llama.cpp's fallback)
 json worker::host_kept() const {
-    json out = json::array();
+    json          out     = json::array();
     const int32_t n_layer = llama_model_n_layer(model_);
     for (const auto & [name, t] : llama_internal_get_tensor_map(model_)) {
         if (t->buffer == nullptr || !ggml_backend_buffer_is_host(t->buffer)) {
             continue;
         }
-        int il = -1;
+        int                il  = -1;
         ggml_backend_dev_t dev = nullptr;
         if (std::sscanf(name.c_str(), "blk.%d.", &il) == 1 && il >= 0 && il < n_layer) {
             dev = model_->dev_layer(il);
@@ -466,8 +466,12 @@ json worker::host_kept() const {
         if (dev == nullptr || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
             continue;
         }
-        out.push_back({ {"name", name}, {"bytes", ggml_nbytes(t)}, {"device", ggml_backend_dev_name(dev)},
-                        {"device_supports", device_supports_weight(dev, t)} });
+        out.push_back({
+            { "name", name },
+            { "bytes", ggml_nbytes(t) },
+            { "device", ggml_backend_dev_name(dev) },
+            { "device_supports", device_supports_weight(dev, t) }
+        });
     }
     return out;
 }
