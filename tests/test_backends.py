@@ -262,3 +262,25 @@ def test_a_weight_the_device_cannot_use_may_stay_in_host_memory() -> None:
     problems = offload.placement_problems(inv, supported, 2, 4, 1, "Vulkan0")
     assert problems[0] == "[2, 4): output.weight is in host memory, though Vulkan0 supports its op"
     assert "offloaded but not on the device ['output.weight']" in problems[1]
+
+
+def test_a_mixed_placement_is_rebuilt_from_ranges_wholly_on_one_side() -> None:
+    # SmolLM2's halves with 5: [10, 15) and [26, 30) with the output layer on the device
+    assert offload.pieces([(0, 15), (15, 30)], 30, 5) == [
+        (0, 10, 0),
+        (10, 15, 999),
+        (15, 26, 0),
+        (26, 30, 999),
+    ]
+    # the last range with n_gpu_layers 1 offloads its output layer only
+    assert offload.pieces([(0, 2), (2, 4)], 4, 1) == [(0, 1, 0), (1, 2, 999), (2, 4, 1)]
+    # every range wholly on one side stays as it is
+    assert offload.pieces([(0, 2), (2, 4)], 4, 0) == [(0, 2, 0), (2, 4, 0)]
+    assert offload.pieces([(0, 2), (2, 4)], 4, 999) == [(0, 2, 999), (2, 4, 999)]
+    for ranges, ngl in ((((0, 10), (10, 20), (20, 30)), 5), (((0, 15), (15, 30)), 3)):
+        cut = offload.pieces(list(ranges), 30, ngl)
+        # the same layers (and output layer) offloaded
+        assert set().union(*(offload.offloaded_layers(b, e, 30, n)[0] for b, e, n in cut)) == set().union(
+            *(offload.offloaded_layers(b, e, 30, ngl)[0] for b, e in ranges)
+        )
+        assert offload.offloaded_layers(*cut[-1][:2], 30, cut[-1][2])[1]

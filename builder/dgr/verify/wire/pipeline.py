@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ def parse_split(text: str, n_layer: int | None = None) -> list[tuple[int, int]]:
 
 class Pipeline:
     """Workers for the ranges of `split`, loaded with contexts (each offloading `n_gpu_layers` of its range
-    to the build's GPU devices; None: llama.cpp's default); `step` runs tokens through all of them.
+    to the build's GPU devices, or the range's own of a sequence; None: llama.cpp's default); `step` runs
+    tokens through all of them.
     `split` None: one worker that loads the model with llama.cpp's default model parameters (no range
     asked for); its `split` is then the range the loaded model holds."""
 
@@ -60,7 +62,7 @@ class Pipeline:
         timeout: float = 120.0,
         n_ctx: int = 1024,
         type_k: str = "f16",
-        n_gpu_layers: int | None = None,
+        n_gpu_layers: int | Sequence[int] | None = None,
     ) -> None:
         context = ContextParams(n_ctx=n_ctx, threads=threads, max_sessions=max_sessions, type_k=type_k)
         self.workers: list[Worker] = []
@@ -75,7 +77,12 @@ class Pipeline:
                 for i, (begin, end) in enumerate(split):
                     w = Worker(worker_bin, f"shard{i}[{begin},{end})", timeout=timeout, max_body=max_body)
                     self.workers.append(w)
-                    self.info.append(w.load(model, (begin, end), context=context, n_gpu_layers=n_gpu_layers))
+                    ngl = (
+                        n_gpu_layers
+                        if n_gpu_layers is None or isinstance(n_gpu_layers, int)
+                        else n_gpu_layers[i]
+                    )
+                    self.info.append(w.load(model, (begin, end), context=context, n_gpu_layers=ngl))
         except Exception:
             self.close()
             raise
