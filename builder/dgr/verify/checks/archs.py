@@ -247,7 +247,7 @@ def _on_device(exe: Path, device: str, cwd: Path) -> list[Check]:
             ]
             continue
         if run.stalled:
-            # the driver runs upstream's test of it: the row may only have been slow
+            # upstream's test of the architecture passes on the device: the row may only have been slow
             alone = _run(exe, [*ARGS, "-b", device, "-a", only], cwd, ARCH_TIMEOUT)
             outputs.append(alone.output)
             table = parse(alone.output)

@@ -32,8 +32,8 @@ from dgr.verify.models.env import Env, RealModel
 from dgr.verify.wire.pipeline import Pipeline
 
 NMSE_TOLERANCE = 1e-4
-"""The largest normalized mean squared error of a split's logits against the unsplit model's on the device
-(the tolerance upstream's test-llama-archs uses to compare backends)."""
+"""The largest normalized mean squared error of a split's logits against those of a run with the same
+placement (the tolerance upstream's test-llama-archs uses to compare backends)."""
 PREFILL_TOKENS = 16
 """Fewer than the batch from which ggml's scheduler runs a product of host weights on the device (op offload,
 32 tokens by default for Vulkan and CUDA): so the prefill's products run where the weights are, and a split
@@ -168,6 +168,9 @@ def placement_problems(
 
 
 def nmse(ref: np.ndarray, out: np.ndarray) -> float:
+    """The normalized mean squared error of `out` against `ref`; infinite when their shapes differ."""
+    if ref.shape != out.shape:
+        return float("inf")
     ref64, out64 = ref.astype(np.float64), out.astype(np.float64)
     return float(np.sum((ref64 - out64) ** 2) / np.sum(ref64**2))
 
@@ -213,18 +216,6 @@ def _prompt(env: Env, model: Path, real: bool) -> list[int]:
     return tokens[:PREFILL_TOKENS]
 
 
-def reference(env: Env, model: Path, n_layer: int, real: bool) -> Reference:
-    tokens = _prompt(env, model, real)
-    runs = {}
-    for ngl in (ALL, 0):
-        with Pipeline(
-            env.worker, model, [(0, n_layer)], threads=env.threads, n_gpu_layers=ngl, timeout=TIMEOUT
-        ) as whole:
-            logits = whole.step("prefill", 1, 0, tokens, logits="all").logits
-            runs[ngl] = Outcome(logits, whole.generate("greedy", 1, tokens, GREEDY_TOKENS))
-    return Reference(tokens, device=runs[ALL], cpu=runs[0])
-
-
 def _run(
     env: Env, model: Path, ranges: list[tuple[int, int]], ngl: int | list[int], tokens: list[int]
 ) -> tuple[list[dict[str, Any]], Outcome]:
@@ -233,6 +224,13 @@ def _run(
         logits = pipe.step("prefill", 1, 0, tokens, logits="all").logits
         greedy = pipe.generate("greedy", 1, tokens, GREEDY_TOKENS)
     return info, Outcome(logits, greedy)
+
+
+def reference(env: Env, model: Path, n_layer: int, real: bool) -> Reference:
+    tokens = _prompt(env, model, real)
+    _, device = _run(env, model, [(0, n_layer)], ALL, tokens)
+    _, cpu = _run(env, model, [(0, n_layer)], 0, tokens)
+    return Reference(tokens, device=device, cpu=cpu)
 
 
 def check_config(
@@ -254,7 +252,7 @@ def check_config(
         cut = pieces(ranges, inv.n_layer, config.n_gpu_layers)
         compared_with = " ".join(f"[{b},{e}):{'all' if n >= ALL else n}" for b, e, n in cut)
         _, base = _run(env, inv.path, [(b, e) for b, e, _ in cut], [n for _, _, n in cut], ref.tokens)
-    error = nmse(base.logits, run.logits) if run.logits.shape == base.logits.shape else float("inf")
+    error = nmse(base.logits, run.logits)
     if not error <= NMSE_TOLERANCE:
         problems.append(f"the logits differ from those of {compared_with}: NMSE {error:.3e}")
     same = matching_prefix(run.greedy, base.greedy)
