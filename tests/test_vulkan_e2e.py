@@ -35,7 +35,7 @@ def vulkan_report(vulkan_cache: Path) -> dict[str, Any]:
     built = run_dgr("build", "--backend", "vulkan", "--json", env=env, timeout=3600)
     assert built.returncode == 0, built.stderr[-3000:]
     assert json.loads(built.stdout)["path"].startswith(str(vulkan_cache))
-    # measured on 2 cores with other work beside it: the archs sweep 51 min, the offload group 7 min
+    # measured on 2 cores: the archs sweep 51 min (other work beside it), the offload group 7 min (alone)
     ran = run_dgr("verify", "--backend", "vulkan", "--json", env=env, timeout=7200)
     assert ran.returncode in (0, 9), ran.stderr[-3000:]
     report: dict[str, Any] = json.loads(ran.stdout)
