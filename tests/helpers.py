@@ -9,10 +9,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from dgr.builds import harness
-from dgr.contracts.report import GROUPS
+from dgr.builds import harness, reportstore
+from dgr.contracts.report import GROUPS, Group
 from dgr.core.paths import Repo, find_repo_root
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -247,8 +247,7 @@ def write_report(
         "checks": checks,
         "harness": harness_json(),
     }
-    suffix = "" if kept_as == GROUPS else "-" + "-".join(kept_as)
-    path = Path(os.environ["DGR_CACHE_DIR"]) / "reports" / f"{digest}{suffix}.json"
+    path = Path(os.environ["DGR_CACHE_DIR"]) / reportstore.name(digest, cast("tuple[Group, ...]", kept_as))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
     return path

@@ -83,12 +83,13 @@ def status(ctx: Context, backend: Backend = "cpu") -> Status:
         verify=verify,
         bench=bench,
     )
-    if not gpu and build is None:
-        result.export_needs.append("a build of the current inputs (`dgr build`)")
-    if not gpu and not verify.startswith("passed"):
-        result.export_needs.append("a passing verify report (`dgr verify`)")
-    if not gpu and not bench.startswith("current"):
-        result.export_needs.append("a bench with the upstream comparisons (`dgr bench --rpc`)")
+    if not gpu:
+        if build is None:
+            result.export_needs.append("a build of the current inputs (`dgr build`)")
+        if not verify.startswith("passed"):
+            result.export_needs.append("a passing verify report (`dgr verify`)")
+        if not bench.startswith("current"):
+            result.export_needs.append("a bench with the upstream comparisons (`dgr bench --rpc`)")
     if unexported:
         result.next = f"dgr export-patches --dir {edit_dir}"
     elif build is None:

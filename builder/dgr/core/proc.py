@@ -9,6 +9,7 @@ it printed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import selectors
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -50,6 +51,26 @@ def _indent(text: str) -> str:
 def _interrupted(returncode: int) -> bool:
     """The child died of SIGINT, or said so (ninja exits 130 on Ctrl-C)."""
     return returncode in (-signal.SIGINT, 128 + signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _stopped_on_error(child: subprocess.Popen[Any]) -> Iterator[None]:
+    """Stop `child` when the block raises (Ctrl-C included), so that nothing keeps running in the
+    background."""
+    try:
+        yield
+    except BaseException:
+        stop(child)
+        raise
+
+
+def _wait(child: subprocess.Popen[Any]) -> int:
+    """The exit code of `child`; KeyboardInterrupt when it died of Ctrl-C (it reached the child first:
+    treat it as ours, whenever Python sees it)."""
+    returncode = child.wait()
+    if _interrupted(returncode):
+        raise KeyboardInterrupt
+    return returncode
 
 
 def failure_detail(cmd: Sequence[str | Path], returncode: int, output: str) -> str:
@@ -120,36 +141,32 @@ def stream(
     if log.is_verbose():
         log.detail(f"$ {_quote(cmd)}")
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
-    with subprocess.Popen(
-        [str(part) for part in cmd],
-        cwd=cwd,
-        env=_env(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-    ) as child:
-        try:
-            assert child.stdout is not None
-            last_shown = 0.0
-            for raw in child.stdout:
-                line = raw.rstrip("\n")
-                tail.append(line)
-                match = _PROGRESS.match(line)
-                if log.is_verbose():
+    with (
+        subprocess.Popen(
+            [str(part) for part in cmd],
+            cwd=cwd,
+            env=_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        ) as child,
+        _stopped_on_error(child),
+    ):
+        assert child.stdout is not None
+        last_shown = 0.0
+        for raw in child.stdout:
+            line = raw.rstrip("\n")
+            tail.append(line)
+            match = _PROGRESS.match(line)
+            if log.is_verbose():
+                log.detail(line)
+            elif match:
+                now = time.monotonic()
+                if now - last_shown >= every_s or match.group(1) == match.group(2):
                     log.detail(line)
-                elif match:
-                    now = time.monotonic()
-                    if now - last_shown >= every_s or match.group(1) == match.group(2):
-                        log.detail(line)
-                        last_shown = now
-            returncode = child.wait()
-        except BaseException:
-            stop(child)
-            raise
-    if _interrupted(returncode):
-        # the Ctrl-C reached the child first: treat it as ours, whenever Python sees it
-        raise KeyboardInterrupt
+                    last_shown = now
+        returncode = _wait(child)
     if returncode != 0:
         raise error(
             what or f"command failed: {_quote(cmd)}",
@@ -193,28 +210,22 @@ def watch(
         )
     except OSError as exc:
         raise error(f"cannot start {cmd[0]}", actual=str(exc)) from exc
-    with child, selectors.DefaultSelector() as sel:
-        try:
-            assert child.stdout is not None
-            fd = child.stdout.fileno()
-            sel.register(fd, selectors.EVENT_READ)
-            while True:
-                if not sel.select(timeout=idle_s):
-                    stalled = True
-                    child.kill()
-                    break
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                if log.is_verbose():
-                    log.detail(chunk.decode(errors="replace").rstrip("\n"))
-            returncode = child.wait()
-        except BaseException:
-            stop(child)
-            raise
-    if _interrupted(returncode):
-        raise KeyboardInterrupt
+    with child, _stopped_on_error(child), selectors.DefaultSelector() as sel:
+        assert child.stdout is not None
+        fd = child.stdout.fileno()
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            if not sel.select(timeout=idle_s):
+                stalled = True
+                child.kill()
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if log.is_verbose():
+                log.detail(chunk.decode(errors="replace").rstrip("\n"))
+        returncode = _wait(child)
     return Watched(b"".join(chunks).decode(errors="replace"), -9 if stalled else returncode, stalled)
 
 
