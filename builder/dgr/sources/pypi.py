@@ -42,12 +42,13 @@ class Download:
         return f"{self.package}=={self.version}"
 
 
-def fetch(cache: Cache, item: Download) -> Path:
-    """The verified file in the cache, downloading it when it is not there (or broken)."""
-    return fetch_all(cache, [item])[0]
+def fetch(cache: Cache, item: Download, rejected: Path | None = None) -> Path:
+    """The verified file in the cache, downloading it when it is not there (or broken); a download that
+    does not match the lock is moved into `rejected` (if given) for a closer look, never into the cache."""
+    return fetch_all(cache, [item], rejected)[0]
 
 
-def fetch_all(cache: Cache, items: Sequence[Download]) -> list[Path]:
+def fetch_all(cache: Cache, items: Sequence[Download], rejected: Path | None = None) -> list[Path]:
     """The verified files of `items` in the cache (in order); those not there (or broken) are downloaded by
     one `pip download`, so that several wheels cost one pip start. A file that does not match its lock stops
     it: nothing of that file is cached (the others that matched are)."""
@@ -77,11 +78,11 @@ def fetch_all(cache: Cache, items: Sequence[Download]) -> list[Path]:
         with log.step(f"download {what} from PyPI (pip download)"):
             _pip_download(missing, tmp)
         files = {p.name: p for p in tmp.iterdir() if p.is_file()}
-        published = {item.filename: _publish(cache, item, files) for item in missing}
+        published = {item.filename: _publish(cache, item, files, rejected) for item in missing}
     return [found.get(i) or published[item.filename] for i, item in enumerate(items)]
 
 
-def _publish(cache: Cache, item: Download, files: dict[str, Path]) -> Path:
+def _publish(cache: Cache, item: Download, files: dict[str, Path], rejected: Path | None) -> Path:
     """The downloaded file of `item`, verified and published into `downloads/<sha256>/`."""
     got = files.get(item.filename)
     if got is None:
@@ -94,6 +95,9 @@ def _publish(cache: Cache, item: Download, files: dict[str, Path]) -> Path:
     if item.sha256 is None:
         log.warn(f"{item.filename} is not in any lock: UNVERIFIED download (sha256 {actual})")
     elif actual != item.sha256:
+        if rejected is not None:
+            rejected.mkdir(parents=True, exist_ok=True)
+            got.rename(rejected / got.name)
         raise IntegrityError(
             f"{item.filename} downloaded from PyPI does not match the lock; nothing was cached",
             expected=item.sha256,
@@ -139,3 +143,26 @@ def _pip_download(items: Sequence[Download], dest: Path) -> None:
                 hint="check the network or pip's index configuration, or use a local mirror (--mirror PATH)",
             ) from exc
         raise
+
+
+def newest_version(package: str) -> str:
+    """The highest version of `package` on the index (`pip index versions`, through pip's configuration)."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package]
+    try:
+        result = proc.run(cmd, error=UpstreamError, what=f"pip index versions {package} failed")
+    except UpstreamError as exc:
+        if exc.detail and _NETWORK_PATTERNS.search(exc.detail):
+            raise NetworkError(
+                f"PyPI is unreachable: pip index versions {package} failed",
+                detail=exc.detail,
+                hint="check the network or pip's index configuration",
+            ) from exc
+        raise
+    match = re.search(rf"^{re.escape(package)} \(([^)]+)\)", result.stdout, flags=re.M)
+    if match is None:
+        raise UpstreamError(
+            f"pip index versions {package} named no version",
+            detail=result.stdout,
+            hint=f"check that {package} is on the index",
+        )
+    return match.group(1)
