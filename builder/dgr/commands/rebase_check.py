@@ -1,5 +1,9 @@
 """`dgr rebase-check --onto SOURCE`: per patch clean / 3-way / conflict; exit 5 on a conflict.
 
+`dgr rebase-check --onto TARGET --proof`: the proof of TARGET's port (dgr.maintain.proof): the range-diff
+of the series on the pin against the port on TARGET, and the check that the port adds no drift of its own
+(exit 9 on drift).
+
 `dgr rebase-check --matrix`: the same for every reachable upstream (the pin, then each locked rebase
 target), and for each port of the series on its own target, as a patch x upstream table. Drift onto a newer
 upstream is reported; only a series that does not apply cleanly on the pin (or a port that does not apply
@@ -18,15 +22,19 @@ import textwrap
 from dgr.contracts import locks
 from dgr.core import log
 from dgr.core.paths import Context, Repo
-from dgr.errors import EXIT_OK, ApplyError
+from dgr.errors import EXIT_OK, ApplyError, UsageError
 from dgr.git import apply, gitops
-from dgr.maintain import rebase
+from dgr.maintain import proof, rebase
 from dgr.sources import upstream
 
 
 def run(args: argparse.Namespace) -> int:
     if args.matrix:
+        if args.proof:
+            raise UsageError("--proof needs --onto TARGET (a locked target with a port), not --matrix")
         return run_matrix(args)
+    if args.proof:
+        return run_proof(args)
     ctx = Context.discover()
     lock = locks.load_upstream(ctx.repo.locks_dir)
     patches = apply.verified_series(ctx.repo)
@@ -42,6 +50,34 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(onto_report(report, markdown=args.format == "markdown"))
     return EXIT_OK if report.ok else ApplyError.exit_code
+
+
+def run_proof(args: argparse.Namespace) -> int:
+    ctx = Context.discover()
+    lock = locks.load_upstream(ctx.repo.locks_dir)
+    target = lock.rebase_targets.get(args.onto)
+    if target is None or target.port is None:
+        ported = [name for name, t in lock.rebase_targets.items() if t.port]
+        raise UsageError(
+            f"--proof needs a locked rebase target with a port; {args.onto} "
+            + ("is not a locked rebase target" if target is None else "has no port"),
+            hint="the targets with a port in locks/upstream.toml: "
+            + (", ".join(ported) or "(none)")
+            + '; a port is series/ports/<port> and `port = "<port>"` in its target\'s table',
+        )
+    pin = upstream.obtain(ctx.cache, lock.pin, lock.sources, args.mirror)
+    identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
+    with ctx.cache.tmpdir("rebase-proof") as tmp:
+        onto = rebase.resolve(ctx.cache, lock, args.onto, args.mirror, tmp)
+        scratch = rebase.scratch_repo(tmp, [pin.repo, onto.repo])
+        found = proof.prove(scratch, lock.pin, onto, ctx.repo, target.port, identity, tmp)
+    if args.format == "json":
+        print(json.dumps(found.to_json(), indent=2))
+    else:
+        print(proof.render(found))
+    if not found.ok:
+        raise found.error()
+    return EXIT_OK
 
 
 def run_matrix(args: argparse.Namespace) -> int:
