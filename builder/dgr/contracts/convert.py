@@ -10,7 +10,7 @@ union of scalars (the first that reads the value), a nested record (a `Record` b
 with a default may be missing. It is strict: a key that is no field of the record is refused, with the
 closest field's key as the suggestion (`report: unknown key `pased`; did you mean `passed`?`), and it reads
 on past a problem, so that every problem of a document is listed at once. What is wrong is a ConfigError
-(exit 8) naming where (`report.checks[3]: `passed` is str, expected true or false`); with more than one
+(exit 8) naming where (`report.checks[3].passed: expected true or false, found str`); with more than one
 problem its detail lists them all (`problems(exc)`).
 
 Why this module rather than a library: it was already the decoder of every JSON document, and it is small; a
@@ -55,6 +55,8 @@ class Rule:
 
     accepts: Callable[[Any], bool]
     what: str
+    message: str | None = None
+    """The problem said without the value (`is empty, ...`), instead of `<value> is not <what>`."""
 
 
 def matches(pattern: re.Pattern[str], what: str) -> Rule:
@@ -63,8 +65,10 @@ def matches(pattern: re.Pattern[str], what: str) -> Rule:
 
 
 POSITIVE = Rule(lambda value: value > 0, "a positive number")
-NON_EMPTY_TEXT = Rule(lambda value: bool(value.strip()), "a non-empty string")
-NON_EMPTY_LIST = Rule(bool, "a non-empty list")
+NON_EMPTY_TEXT = Rule(lambda value: bool(value.strip()), "a non-empty string", "expected a non-empty string")
+AT_LEAST_ONE = Rule(bool, "non-empty", "is empty, expected at least one entry")
+
+VERSION_RE = re.compile(r"^\d+(\.\d+)*([a-z0-9.+-]*)?$")
 
 _TYPE_NAMES: Mapping[type, str] = {
     str: "a string",
@@ -171,7 +175,7 @@ def from_json(kind: type[T], data: Any, where: str) -> T:
             if _optional(hint):
                 values[f.name] = None
                 continue
-            found.append(f"{where}: `{key}` is missing")
+            found.append(f"{_path(where, key)}: missing")
             continue
         try:
             values[f.name] = _read(hint, d[key], where, key)
@@ -214,7 +218,7 @@ def _read(hint: Any, value: Any, where: str, key: str) -> Any:
         value = _read(inner, value, where, key)
         for rule in rules:
             if isinstance(rule, Rule) and not rule.accepts(value):
-                raise ConfigError(f"{_path(where, key)}: {value!r} is not {rule.what}")
+                raise ConfigError(f"{_path(where, key)}: {rule.message or f'{value!r} is not {rule.what}'}")
         return value
     if hint is dt.datetime:
         if not isinstance(value, dt.datetime) or value.tzinfo is None:
@@ -236,7 +240,7 @@ def _read(hint: Any, value: Any, where: str, key: str) -> Any:
             except ConfigError:
                 continue
         names = " | ".join(getattr(a, "__name__", str(a)) for a in inner)
-        raise ConfigError(f"{where}: `{key}` is {type(value).__name__}, expected {names}")
+        raise ConfigError(f"{_path(where, key)}: expected {names}, found {type(value).__name__}")
     if origin is Literal:
         if value not in get_args(hint):
             choices = ", ".join(map(str, get_args(hint)))
@@ -275,5 +279,5 @@ def scalar(kind: type | tuple[type, ...], value: Any, where: str, key: str) -> A
             if kinds == (int, float)
             else " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
         )
-        raise ConfigError(f"{where}: `{key}` is {type(value).__name__}, expected {expected}")
+        raise ConfigError(f"{_path(where, key)}: expected {expected}, found {type(value).__name__}")
     return value
