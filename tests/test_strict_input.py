@@ -17,6 +17,7 @@ from dgr.contracts.bench import BenchResult
 from dgr.core.paths import Context, Repo
 from dgr.errors import ConfigError
 from dgr.export.upstream_package import load_config
+from dgr.series import generated
 
 from tests.helpers import ROOT, write_report
 
@@ -138,3 +139,15 @@ def test_a_misspelt_key_in_a_bench_result_is_refused() -> None:
         "bench result.machine.cpu: missing",
         "bench result.machine: unknown key `cpuz`; did you mean `cpu`?",
     ]
+
+
+def test_a_misspelt_key_in_the_rules_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "series" / "rules").mkdir(parents=True)
+    text = (ROOT / "series" / "rules" / "rules.toml").read_text()
+    (tmp_path / "series" / "rules" / "rules.toml").write_text(text.replace("rule = ", "rulle = ", 1))
+    with pytest.raises(ConfigError) as info:
+        generated.load(Repo(tmp_path))
+    assert info.value.exit_code == 8
+    assert "series/rules/rules.toml.generated[0]: unknown key `rulle`; did you mean `rule`?" in (
+        info.value.detail or ""
+    )
