@@ -55,7 +55,7 @@ def find(root: Path, pin: Pin) -> Previous | str:
         except tomllib.TOMLDecodeError:
             continue
         lock = UpstreamLock.parse(data, f"{revision[:12]}:{LOCK}", problems)
-        if problems or lock.pin.commit == pin.commit:
+        if problems or lock is None or lock.pin.commit == pin.commit:
             continue
         names = order.parse(_show(root, revision, "series/series"), Path("series/series")).names
         patches = {name: _show(root, revision, f"patches/{name}") for name in names}
