@@ -177,10 +177,11 @@ def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstre
     assert len(config.pulls) == PULLS
     numbers = range(1, len(config.pulls) + 1)
     assert sorted(files) == sorted(
-        ["DISCUSSION.md", "MANIFEST.sha256", "README.md", "REPRODUCE.md"]
+        ["DISCUSSION.md", "MANIFEST.sha256", "README.md", "REPRODUCE.md", "range-diff.txt"]
         + [f"PR-{n}.{ext}" for n in numbers for ext in ("bundle", "md")]
         + [f"rules/{name}" for name in generated.PACKAGED]
     )
+    assert files["range-diff.txt"].decode().startswith("# The series against the previous pin\n")
     assert files["MANIFEST.sha256"].decode().splitlines() == [
         f"{hashlib.sha256(files[p]).hexdigest()}  {p}" for p in sorted(files) if p != "MANIFEST.sha256"
     ]
