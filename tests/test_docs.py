@@ -9,7 +9,7 @@ import re
 import pytest
 from dgr.cli import build_parser
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, git
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # `dgr [-v|-q|-C DIR] COMMAND[/COMMAND] rest-of-the-invocation`: up to a backtick, a comment or a table cell
@@ -77,3 +77,43 @@ def test_every_command_of_the_commands_table_exists() -> None:
     assert len(set(rows)) >= 12
     assert set(rows) <= set(commands())
     assert set(commands()) <= set(rows)  # and the table has a row for every command
+
+
+# a row of docs/series.md's patch table: `NAME.patch` ... | N files, +A \u2212D (core / tests / mechanical) |
+PATCH_ROW = re.compile(
+    r"^\| `([\w.-]+\.patch)`.*\| (\d+) files?, \+(\d+) \u2212(\d+) \((\d+) / (\d+) / (\d+)\) \|$", re.M
+)
+
+
+def test_the_patch_table_of_series_md_is_the_series() -> None:
+    """docs/series.md gives, per patch, its files, added and removed lines and its changed lines by kind
+    (hand-written core, tests, mechanical: upstream-package/package.toml's globs); they are the patches'."""
+    from dgr.export import upstream_package
+
+    names = [
+        line.strip()
+        for line in (ROOT / "series" / "series").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    config = upstream_package.load_config(ROOT / "upstream-package" / "package.toml", names)
+    rows = {
+        m.group(1): tuple(int(g) for g in m.groups()[1:])
+        for m in PATCH_ROW.finditer((ROOT / "docs" / "series.md").read_text())
+    }
+    assert list(rows) == names
+    for name in names:
+        numstat = git(ROOT, "apply", "--numstat", str(ROOT / "patches" / name)).splitlines()
+        kinds = {"core": 0, "tests": 0, "mechanical": 0}
+        added = removed = 0
+        for line in numstat:
+            plus, minus, path = line.split("\t")
+            added, removed = added + int(plus), removed + int(minus)
+            kinds[config.line_kind(path)] += int(plus) + int(minus)
+        assert rows[name] == (
+            len(numstat),
+            added,
+            removed,
+            kinds["core"],
+            kinds["tests"],
+            kinds["mechanical"],
+        ), name
