@@ -88,13 +88,12 @@ PATCH_ROW = re.compile(
 def test_the_patch_table_of_series_md_is_the_series() -> None:
     """docs/series.md gives, per patch, its files, added and removed lines and its changed lines by kind
     (hand-written core, tests, mechanical: upstream-package/package.toml's globs); they are the patches'."""
-    from dgr.export import upstream_package
+    from dgr.export import render, upstream_package
+    from dgr.export.branches import FileStat, Stat
+    from dgr.series import order
 
-    names = [
-        line.strip()
-        for line in (ROOT / "series" / "series").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    order_file = ROOT / "series" / "series"
+    names = order.parse(order_file.read_text(), order_file).names
     config = upstream_package.load_config(ROOT / "upstream-package" / "package.toml", names)
     rows = {
         m.group(1): tuple(int(g) for g in m.groups()[1:])
@@ -103,17 +102,18 @@ def test_the_patch_table_of_series_md_is_the_series() -> None:
     assert list(rows) == names
     for name in names:
         numstat = git(ROOT, "apply", "--numstat", str(ROOT / "patches" / name)).splitlines()
-        kinds = {"core": 0, "tests": 0, "mechanical": 0}
-        added = removed = 0
-        for line in numstat:
-            plus, minus, path = line.split("\t")
-            added, removed = added + int(plus), removed + int(minus)
-            kinds[config.line_kind(path)] += int(plus) + int(minus)
+        files = tuple(
+            FileStat(path, int(plus), int(minus))
+            for plus, minus, path in (line.split("\t") for line in numstat)
+        )
+        stat = Stat(len(files), sum(f.added for f in files), sum(f.deleted for f in files), files)
+        # the package's own count of a pull request's lines by kind (its description's figures)
+        counts = render.line_counts(stat, config)
         assert rows[name] == (
-            len(numstat),
-            added,
-            removed,
-            kinds["core"],
-            kinds["tests"],
-            kinds["mechanical"],
+            stat.files,
+            stat.added,
+            stat.deleted,
+            counts["core"],
+            counts["tests"],
+            counts["mechanical"],
         ), name
