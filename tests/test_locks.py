@@ -34,17 +34,22 @@ def test_round_trip_through_files(tmp_path: Path) -> None:
 
 def test_pin_dates() -> None:
     pin = locks.load_upstream(ROOT / "locks").pin
-    assert pin.epoch == 1790820708
-    assert pin.git_date == "1790820708 +0900"
-    assert pin.short == "0c1e570"
+    assert pin.epoch == 1791257725
+    assert pin.git_date == "1791257725 +0000"
+    assert pin.short == "a92272b"
 
 
 def test_locked_rebase_target() -> None:
-    # the pin before the move to 0c1e570, kept as a row of the rebase matrix
-    target = locks.load_upstream(ROOT / "locks").rebase_targets["pypi:llama-cpp-python==0.3.35"]
+    # the pins before the moves to 0c1e570 and to b11434, kept as rows of the rebase matrix
+    targets = locks.load_upstream(ROOT / "locks").rebase_targets
+    target = targets["pypi:llama-cpp-python==0.3.35"]
     assert target.pin.commit == "4df29be4f4c3673f428170fda944a5b19f743bb8"
     assert target.sdist.sha256 == "1139dbb54509074b70893fab8554e3b079aa9f4d312058ce4018ef0019e3de12"
     assert target.port is None
+    old = targets["pypi:llama-cpp-python==0.3.36"]
+    assert old.pin.commit == "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+    assert old.sdist.sha256 == "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+    assert old.port is None
 
 
 def test_validation_lists_every_problem(tmp_path: Path) -> None:
