@@ -273,6 +273,27 @@ def test_the_canary_builds_only_after_a_clean_rebase(repo: Path, index: Path, tm
     assert outcomes[2].startswith("failed (exit ") and code != 0
 
 
+def test_the_canary_skips_the_rest_when_the_newest_release_is_the_pin(
+    repo: Path, index: Path, tmp_path: Path
+) -> None:
+    # lock the newest release, then make it the pin (its sdist the pin's source), as `dgr pin --to` leaves it
+    assert main(["pin", "--add-target", TAG]) == 0
+    lock = locks.load_upstream(repo / "locks")
+    target = lock.rebase_targets[SPEC]
+    source = locks.Source("release-sdist", sdist=target.sdist, release=target.release)
+    moved = locks.UpstreamLock(lock.repo, target.pin, (source,), {})
+    (repo / "locks" / "upstream.toml").write_bytes(locks.dumps(moved.to_toml()))
+    code, summary = canary(tmp_path)
+    rows = [line for line in summary.splitlines() if line.startswith("| ") and "---" not in line][1:5]
+    assert [row.split(" | ")[:2] for row in rows] == [
+        ["| newest", f"{SPEC} (the pin)"],
+        ["| rebase", f"skipped: {SPEC} is the pin"],
+        ["| build", f"skipped: {SPEC} is the pin"],
+        ["| verify", f"skipped: {SPEC} is the pin"],
+    ]
+    assert code == 0
+
+
 def test_a_pin_moved_to_a_release_keeps_the_old_pin_as_its_base(
     repo: Path, fake_upstream: FakeUpstream, index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
