@@ -148,7 +148,7 @@ def test_build_publishes_manifest_and_artifacts(built_a: dict[str, Any]) -> None
     assert built_a["build"]["inputs_digest"] in on_disk
     # the worker runs from bin/ and finds the published libraries through RUNPATH $ORIGIN
     worker = subprocess.run([root / "bin" / "fixture-worker"], capture_output=True, text=True, check=True)
-    assert worker.stdout.startswith("fixture-worker: ggml 0.25.3")
+    assert worker.stdout.startswith("fixture-worker: ggml 0.26.0")
 
 
 def test_noop_rebuild_is_fast_and_runs_no_compiler(
@@ -288,7 +288,7 @@ def test_rebase_check_onto_the_old_pin(repo_a: Path, cache_a: Path, fetched_a: l
     conflict = report["patches"][2]
     assert conflict["files"] == ["README.md"]
     assert conflict["hunks"] == [{"file": "README.md", "index": 1, "header": conflict["hunks"][0]["header"]}]
-    assert conflict["hunks"][0]["header"].startswith("@@ -74,7 +74,7 @@")
+    assert conflict["hunks"][0]["header"].startswith("@@ -82,7 +82,7 @@")
     # the old pin is older than the pin: a row for the record, no port onto it is suggested
     assert report["next"].startswith("pypi:llama-cpp-python==0.3.35 is older than the pin (2026-08-16 < ")
     assert "dgr edit --onto" not in report["next"]

@@ -23,7 +23,7 @@ def test_parse_fixture_patch() -> None:
     [readme] = patch.files
     assert readme.path == "README.md"
     assert readme.hunks == (
-        "@@ -74,7 +74,7 @@ The `llama.cpp` project is build on top of the [ggml](https://github.com/ggml-or",
+        "@@ -82,7 +82,7 @@ The `llama.cpp` project is build on top of the [ggml](https://github.com/ggml-or",
     )
     assert readme.added == ("| [Hexagon [Experimental]](docs/backend/snapdragon/README.md) | Snapdragon |",)
 
