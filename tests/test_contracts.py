@@ -95,7 +95,7 @@ def test_records_take_keywords_only() -> None:
     with pytest.raises(TypeError):
         Check("kv", "x", "real model", True)  # type: ignore[misc]  # the point: positional is refused
     fields = [f.name for f in dataclasses.fields(buildplan.Plan)]
-    assert len(fields) == 13
+    assert len(fields) == 14
     with pytest.raises(TypeError):
         buildplan.Plan(*fields)  # type: ignore[misc]  # the point: positional is refused
 
