@@ -96,8 +96,8 @@ def test_add_target_refuses_the_pins_commit(
     ("argv", "message"),
     [
         (
-            ["pin", "--add-target", "latest"],
-            "--add-target 'latest' is neither a version nor pypi:NAME==VERSION",
+            ["pin", "--add-target", "newest"],
+            "--add-target 'newest' is neither a version, pypi:NAME==VERSION, a release tag bN nor latest",
         ),
         (["pin", "--add-target", "1.0", "--to", SPEC], "not allowed with argument"),
         (["pin", "--add-target", "1.0", "--allow-older"], "--allow-older is for --to"),

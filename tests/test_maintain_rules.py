@@ -135,8 +135,9 @@ def upstream_with_a_generated_patch(tmp_path: Path) -> tuple[Path, str, str, Pat
 def test_regenerate_gives_a_new_model_file_the_edit(tmp_path: Path) -> None:
     up, _, later, patch = upstream_with_a_generated_patch(tmp_path)
     work = parent_tree(up, later, tmp_path / "work")
-    done, stopped = rules.regenerate(Repo(ROOT), "layer-inputs", work, patch, IDENTITY)
+    done, stopped, counts = rules.regenerate(Repo(ROOT), "layer-inputs", work, patch, IDENTITY)
     assert (done, stopped) == (True, [])
+    assert counts is not None and (counts.changed, counts.refused) == (2, [])  # a.cpp, and b.cpp new there
     assert git(work, "log", "-1", "--format=%s") == "llama : record the input of every layer"
     assert git(work, "status", "--porcelain") == ""
     for name in ("a.cpp", "b.cpp"):  # b.cpp is new in `later`: the rule gave it the edit too
@@ -155,8 +156,9 @@ def test_regenerate_names_the_line_the_rule_refuses(tmp_path: Path) -> None:
     )
     commit_all(work, "an unknown loop")
     head = git(work, "rev-parse", "HEAD")
-    done, stopped = rules.regenerate(Repo(ROOT), "layer-inputs", work, patch, IDENTITY)
+    done, stopped, counts = rules.regenerate(Repo(ROOT), "layer-inputs", work, patch, IDENTITY)
     assert not done and len(stopped) == 1 and stopped[0].startswith("src/models/a.cpp:")
+    assert counts is not None and counts.refused == stopped
     assert git(work, "rev-parse", "HEAD") == head and git(work, "status", "--porcelain") == ""
 
 

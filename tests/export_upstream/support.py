@@ -35,7 +35,15 @@ FIXTURE_CONCERNS = {
     "readme-mark-hexagon-experimental.patch": ("kv", ["README.md"]),
 }
 QUESTIONS = ["Would you take the fixture as one pull request?"]
-FILES = ["DISCUSSION.md", "MANIFEST.sha256", "PR-1.bundle", "PR-1.md", "README.md", "REPRODUCE.md"]
+FILES = [
+    "DISCUSSION.md",
+    "MANIFEST.sha256",
+    "PR-1.bundle",
+    "PR-1.md",
+    "README.md",
+    "REPRODUCE.md",
+    "range-diff.txt",
+]
 
 
 def make_pr_upstream(path: Path) -> FakeUpstream:

@@ -136,7 +136,7 @@ def test_every_pull_request_of_a_stack_gets_its_bundle_and_description(
     summary = json.loads(capsys.readouterr().out)
     files = tree(out)
     assert sorted(files) == sorted(
-        ["DISCUSSION.md", "MANIFEST.sha256", "README.md", "REPRODUCE.md"]
+        ["DISCUSSION.md", "MANIFEST.sha256", "README.md", "REPRODUCE.md", "range-diff.txt"]
         + [f"PR-{n}.{ext}" for n in (1, 2, 3) for ext in ("bundle", "md")]
     )
     manifest = files["MANIFEST.sha256"].decode().splitlines()

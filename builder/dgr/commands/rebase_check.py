@@ -1,5 +1,9 @@
 """`dgr rebase-check --onto SOURCE`: per patch clean / 3-way / conflict; exit 5 on a conflict.
 
+`dgr rebase-check --onto TARGET --proof`: the proof of TARGET's port (dgr.maintain.proof): the range-diff
+of the series on the pin against the port on TARGET, and the check that the port adds no drift of its own
+(exit 9 on drift).
+
 `dgr rebase-check --matrix`: the same for every reachable upstream (the pin, then each locked rebase
 target), and for each port of the series on its own target, as a patch x upstream table. Drift onto a newer
 upstream is reported; only a series that does not apply cleanly on the pin (or a port that does not apply
@@ -18,15 +22,19 @@ import textwrap
 from dgr.contracts import locks
 from dgr.core import log
 from dgr.core.paths import Context, Repo
-from dgr.errors import EXIT_OK, ApplyError
+from dgr.errors import EXIT_OK, ApplyError, UsageError
 from dgr.git import apply, gitops
-from dgr.maintain import rebase
+from dgr.maintain import proof, rebase
 from dgr.sources import upstream
 
 
 def run(args: argparse.Namespace) -> int:
     if args.matrix:
+        if args.proof:
+            raise UsageError("--proof needs --onto TARGET (a locked target with a port), not --matrix")
         return run_matrix(args)
+    if args.proof:
+        return run_proof(args)
     ctx = Context.discover()
     lock = locks.load_upstream(ctx.repo.locks_dir)
     patches = apply.verified_series(ctx.repo)
@@ -42,6 +50,34 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(onto_report(report, markdown=args.format == "markdown"))
     return EXIT_OK if report.ok else ApplyError.exit_code
+
+
+def run_proof(args: argparse.Namespace) -> int:
+    ctx = Context.discover()
+    lock = locks.load_upstream(ctx.repo.locks_dir)
+    target = lock.rebase_targets.get(args.onto)
+    if target is None or target.port is None:
+        ported = [name for name, t in lock.rebase_targets.items() if t.port]
+        raise UsageError(
+            f"--proof needs a locked rebase target with a port; {args.onto} "
+            + ("is not a locked rebase target" if target is None else "has no port"),
+            hint="the targets with a port in locks/upstream.toml: "
+            + (", ".join(ported) or "(none)")
+            + '; a port is series/ports/<port> and `port = "<port>"` in its target\'s table',
+        )
+    pin = upstream.obtain(ctx.cache, lock.pin, lock.sources, args.mirror)
+    identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
+    with ctx.cache.tmpdir("rebase-proof") as tmp:
+        onto = rebase.resolve(ctx.cache, lock, args.onto, args.mirror, tmp)
+        scratch = rebase.scratch_repo(tmp, [pin.repo, onto.repo])
+        found = proof.prove(scratch, lock.pin, onto, ctx.repo, target.port, identity, tmp)
+    if args.format == "json":
+        print(json.dumps(found.to_json(), indent=2))
+    else:
+        print(proof.render(found))
+    if not found.ok:
+        raise found.error()
+    return EXIT_OK
 
 
 def run_matrix(args: argparse.Namespace) -> int:
@@ -129,7 +165,8 @@ def onto_report(report: rebase.RebaseReport, *, markdown: bool = False) -> str:
     rows = [["patch", "status", "files"]]
     for p in report.patches:
         status = p.status + (" (after an earlier conflict)" if p.after_failure else "")
-        rows.append([p.name, status, summarised(_conflict_files(p)) if p.status == "conflict" else ""])
+        files = summarised(_conflict_files(p)) if p.status == "conflict" else ""
+        rows.append([p.name, status, _rule(p) if p.rule and not files else files])
     if markdown:
         lines = [head, "", *(f"| {' | '.join(row)} |" for row in rows[:1])]
         lines += ["| --- | --- | --- |", *(f"| {' | '.join(row)} |" for row in rows[1:])]
@@ -137,17 +174,24 @@ def onto_report(report: rebase.RebaseReport, *, markdown: bool = False) -> str:
         lines = [head, "", *_aligned(rows)]
     details = [p for p in report.patches if p.rejections or (p.status == "conflict" and p.files)]
     for p in details:
-        lines += ["", f"{p.name}:"]
         found = [line for r in p.rejections for line in r.describe().splitlines()] or p.files
-        lines += [f"  {line}" for line in found]
+        body = [f"  {line}" for line in found]
+        # Markdown: the hunks as they are (a fenced block keeps one per line)
+        lines += ["", f"{p.name}:", *(["```", *body, "```"] if markdown else body)]
     lines += ["", *_wrapped(f"next: {report.next_step()}", "")]
     return "\n".join(lines)
+
+
+def _rule(found: rebase.PatchReport) -> str:
+    """What the rule of a generated patch did there: `rule: 12 changed, 3 without a layer loop, 0 refused`."""
+    return f"rule: {found.rule.describe()}" if found.rule else ""
 
 
 def _cell(found: rebase.PatchReport | None) -> str:
     if found is None:
         return "-"
-    return found.status + (" (after a conflict)" if found.after_failure else "")
+    rule = f" ({_rule(found)})" if found.rule and found.status != "conflict" else ""
+    return found.status + rule + (" (after a conflict)" if found.after_failure else "")
 
 
 def _next(i: int, report: rebase.RebaseReport) -> str:

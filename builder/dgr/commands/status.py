@@ -49,6 +49,9 @@ def _edit_tree(ctx: Context, pin: str) -> tuple[str | None, list[str]]:
 
 def status(ctx: Context, backend: Backend = "cpu") -> Status:
     lock = locks.load_upstream(ctx.repo.locks_dir)
+    # read first, outside the reports' checks below (which report what they cannot read as missing): a broken
+    # model lock is an error of its own (exit 8), not a bench to run
+    models = locks.load_models(ctx.repo.locks_dir)
     plan = buildplan.plan(ctx, buildplan.Request(backend=backend))
     gpu = backend != "cpu"
     flag = f" --backend {backend}" if gpu else ""
@@ -67,7 +70,6 @@ def status(ctx: Context, backend: Backend = "cpu") -> Status:
         bench = "not this backend's: the bench and export-upstream are about the CPU build (`dgr status`)"
     else:
         try:
-            models = locks.load_models(ctx.repo.locks_dir)
             measured.load(ctx.cache.root / "bench" / "bench.json", plan.digest, current, models)
             bench = "current (`dgr bench --rpc` of these inputs)"
         except DgrError as exc:

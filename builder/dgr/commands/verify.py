@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from dgr.builds import backends, build, buildplan, harness, reportstore
 from dgr.builds.cmake import Toolchain
@@ -19,7 +20,7 @@ from dgr.contracts.report import GPU_GROUPS, GROUPS, NATIVE, SYNTHETIC, Check, G
 from dgr.core import log
 from dgr.core.fs import write_atomic
 from dgr.core.paths import Context
-from dgr.errors import EXIT_OK, UsageError, VerifyError
+from dgr.errors import EXIT_OK, DgrError, UsageError, VerifyError
 from dgr.sources import model
 from dgr.verify.checks import progress
 from dgr.verify.checks.report import junit_xml, nonempty, table
@@ -34,16 +35,48 @@ def groups_of(only: str | None, backend: Backend = "cpu") -> tuple[Group, ...]:
     """The groups of `--only` (of the backend: GPU_GROUPS for a GPU backend), in the order they run;
     UsageError naming the unknown ones."""
     groups = GROUPS if backend == "cpu" else GPU_GROUPS
-    if not only:
+    if only is None:
         return groups
     named = {g.strip() for g in only.split(",") if g.strip()}
-    unknown = sorted(named - set(groups))
-    if unknown or not named:
+    if not named:  # `--only ''` (a variable that expanded to nothing) is not "every group"
         raise UsageError(
-            f"unknown group(s) in --only {only!r}" + (f": {', '.join(unknown)}" if unknown else ""),
+            f"--only {only!r} names no group",
+            hint=f"name one or more of {', '.join(groups)} (comma-separated), or leave out --only for all",
+        )
+    unknown = sorted(named - set(groups))
+    if unknown:
+        raise UsageError(
+            f"unknown group(s) in --only {only!r}: {', '.join(unknown)}",
             hint=f"choose from {', '.join(groups)}",
         )
     return tuple(g for g in groups if g in named)
+
+
+def run_groups(
+    groups: tuple[Group, ...], session: Session, finished: Callable[[str, list[Check], float], None]
+) -> tuple[list[Check], Exception | None]:
+    """The checks of every group, in order, and the error of the group that raised (None: none did). A group
+    that raises ends the run: its checks so far are lost, and it is recorded as the failed check
+    `<group>/ran` carrying the error (evidence: a native test, the group's own run), so that the report keeps
+    every group that finished."""
+    results: list[Check] = []
+    for group in groups:
+        start = time.monotonic()
+        try:
+            with log.step(f"verify {group}"):
+                # a group that ran no check is a failed check of its own, not a pass
+                evidence = NATIVE if group in ("native", "series") else SYNTHETIC
+                checks = nonempty(group, "all", evidence, load(group).verify(session))
+        except Exception as exc:
+            detail = exc.render() if isinstance(exc, DgrError) else f"{type(exc).__name__}: {exc}"
+            results.append(Check(group=group, name="ran", evidence=NATIVE, passed=False, detail=detail))
+            session.durations[group] = round(time.monotonic() - start, 1)
+            return results, exc
+        if not any(part.startswith(f"{group}/") for part in session.durations):  # a group of one part
+            finished(group, checks, time.monotonic() - start)
+        results += checks
+        session.durations[group] = round(time.monotonic() - start, 1)
+    return results, None
 
 
 def _device(backend: Backend) -> str | None:
@@ -108,24 +141,12 @@ def run(args: argparse.Namespace) -> int:
         return build.run(ctx, request)
 
     tracker = progress.Progress(groups, progress.last_report(ctx.cache, groups))
-    reported: list[str] = []
 
     def finished(part: str, checks: list[Check], seconds: float) -> None:
-        reported.append(part)
         log.detail(tracker.line(part, checks, seconds))
 
     session = Session(env, toolchain.ctest, patched, baseline, build_prefix, on_part=finished)
-    results: list[Check] = []
-    for group in groups:
-        start = time.monotonic()
-        with log.step(f"verify {group}"):
-            # a group that ran no check is a failed check of its own, not a pass
-            evidence = NATIVE if group in ("native", "series") else SYNTHETIC
-            checks = nonempty(group, "all", evidence, load(group).verify(session))
-            if not any(part.startswith(f"{group}/") for part in reported):  # a group of one part
-                finished(group, checks, time.monotonic() - start)
-        results += checks
-        session.durations[group] = round(time.monotonic() - start, 1)
+    results, error = run_groups(groups, session, finished)
 
     report = Report(
         inputs_digest=patched.manifest.inputs_digest,
@@ -142,4 +163,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(data.decode())
     log.info(f"report: {path}")
+    if error is not None:  # the report keeps the groups that finished; the command ends with the error
+        raise error
     return EXIT_OK if report.passed else VerifyError.exit_code

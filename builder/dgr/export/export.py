@@ -12,7 +12,9 @@ Steps (nothing is written unless every one succeeds):
  6. make one branch per pull request (the commits without our trailers, dgr.export.branches) and its git
     bundle; fetch each bundle into a fresh repository that has the pin and compare its tree with the series'
     (ApplyError, exit 5);
- 7. read upstream's pull request template, CI command and perplexity text at the pin, and render the
+ 7. the range-diff of the series on the previous pin against the series on the pin (dgr.export.previous:
+    the pin's history is the git history of locks/upstream.toml), or, without one, why there is none;
+    read upstream's pull request template, CI command and perplexity text at the pin, and render the
     documents (Jinja2 templates in upstream-package/templates/); the kept section must be verbatim, and no
     file may carry a word of ours (code included) or a placeholder outside the submitter's marks (LintError);
  8. write everything to a staging directory next to --out and rename it into place.
@@ -35,7 +37,7 @@ from dgr.core.digest import sha256_bytes
 from dgr.core.fs import publish_dir
 from dgr.core.paths import Cache, Context
 from dgr.errors import ConfigError, LintError, UsageError
-from dgr.export import branches, measured, render, upstream_package
+from dgr.export import branches, measured, previous, render, upstream_package
 from dgr.git import apply, gitops
 from dgr.series import generated, patchfile
 from dgr.sources import upstream
@@ -139,6 +141,18 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
                 f"{b.pull.branch}: {len(b.commits)} commit(s), tree {b.tree[:12]}, the series' tree after "
                 f"{b.pull.patches[-1]}"
             )
+        with log.step("the range-diff against the previous pin"):
+            range_diff = previous.render(
+                ctx.cache,
+                repo.root,
+                pin,
+                got.repo,
+                texts,
+                config.drop_trailers,
+                identity,
+                tmp / "previous",
+                mirror,
+            )
         with log.step("render the package"):
             files = render.read_upstream(got.repo, pin.commit, config.upstream)
             context = render.context(
@@ -153,6 +167,7 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
                 rules,
             )
             documents = render.render_all(env, context)
+            documents[previous.FILE] = range_diff
         problems = render.kept_verbatim(documents, context, config.upstream.kept_section)
         if rules:
             # the rules themselves, for the reviewer to run on the commits they generate (see PR-<n>.md)

@@ -5,13 +5,13 @@ pull request title, and placeholders left in the rendered package."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Literal, cast
 
+from dgr.contracts import convert
 from dgr.contracts.locks import read_toml
 from dgr.contracts.report import GROUPS, Group
-from dgr.contracts.tomlfields import TomlFields
 from dgr.errors import ConfigError, GitError
 from dgr.git import gitops
 
@@ -113,127 +113,159 @@ def title_problems(title: str) -> list[str]:
     return found
 
 
-def _upstream(fields: TomlFields) -> UpstreamConventions:
-    per_hour = fields.data.get("review_lines_per_hour")
-    if (
-        not isinstance(per_hour, list)
-        or len(per_hour) != 2
-        or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in per_hour)
-        or per_hour[0] > per_hour[1]
-    ):
-        fields.problems.append(
-            f"{fields.where}.review_lines_per_hour: expected [low, high], two positive integers"
-        )
-        per_hour = [1, 1]
-    return UpstreamConventions(
-        pr_template=fields.nonempty_text("pr_template"),
-        kept_section=fields.nonempty_text("kept_section"),
-        submitter_section=fields.nonempty_text("submitter_section"),
-        facts_section=fields.nonempty_text("facts_section"),
-        ci_readme=fields.nonempty_text("ci_readme"),
-        contributing=fields.nonempty_text("contributing"),
-        agents=fields.nonempty_text("agents"),
-        review_lines_per_hour=(per_hour[0], per_hour[1]),
-        feature_issue=fields.positive("feature_issue"),
-        rpc_issue=fields.positive("rpc_issue"),
-        api_changelog_issue=fields.positive("api_changelog_issue"),
-        perplexity_text=fields.nonempty_text("perplexity_text"),
-    )
+Text = Annotated[str, convert.NON_EMPTY_TEXT]
+Strings = Annotated[tuple[str, ...], convert.AT_LEAST_ONE]
+Positive = Annotated[int, convert.POSITIVE]
 
 
-def _pulls(raw: Any, series: list[str], problems: list[str]) -> tuple[Pull, ...]:
-    if not isinstance(raw, list) or not raw:
-        problems.append("pulls: expected an array of tables ([[pulls]]), one per pull request")
-        return ()
-    pulls: list[Pull] = []
-    for i, entry in enumerate(raw):
-        where = f"pulls[{i}]"
-        if not isinstance(entry, dict):
-            problems.append(f"{where}: expected a table")
-            continue
-        fields = TomlFields(entry, where, problems)
-        branch = fields.nonempty_text("branch")
-        if branch and not BRANCH_FORM.match(branch):
-            problems.append(f"{where}.branch: {branch!r} is not a plain branch name")
-        title = fields.nonempty_text("title")
-        if title:
-            problems += [f"{where}.title: {p}" for p in title_problems(title)]
-        why = entry.get("why", "")
-        if not isinstance(why, str):
-            problems.append(f"{where}.why: expected a string")
-            why = ""
-        pulls.append(Pull(i + 1, branch, title, fields.strings("patches"), why.strip()))
-    listed = [p for pull in pulls for p in pull.patches]
-    if listed != series and all(pull.patches for pull in pulls):
+# the rules of the fields, named here: an annotation is evaluated (typing.get_type_hints) where a lambda in it
+# would not see this module's names
+LOW_HIGH = convert.Rule(
+    lambda value: len(value) == 2 and value[0] <= value[1], "", "expected [low, high], two positive integers"
+)
+_GROUP = convert.Rule(lambda v: v in CONFORMANCE_GROUPS, f"one of {', '.join(CONFORMANCE_GROUPS)}")
+
+
+@dataclass(frozen=True)
+class _ConventionsTable:
+    """`[upstream]` of package.toml: UpstreamConventions as written."""
+
+    pr_template: Text
+    kept_section: Text
+    submitter_section: Text
+    facts_section: Text
+    ci_readme: Text
+    contributing: Text
+    agents: Text
+    review_lines_per_hour: Annotated[tuple[Positive, ...], LOW_HIGH]
+    feature_issue: Positive
+    rpc_issue: Positive
+    api_changelog_issue: Positive
+    perplexity_text: Text
+
+
+@dataclass(frozen=True)
+class _PullTable:
+    branch: Annotated[str, convert.NON_EMPTY_TEXT, convert.matches(BRANCH_FORM, "a plain branch name")]
+    title: Text
+    patches: Strings
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class _ConcernTable:
+    patch: Text
+    title: Text
+    verify_group: Annotated[str, _GROUP]
+    paths: Strings
+    answers: Text
+    drop_when: Text
+    notes: tuple[Text, ...] = ()
+
+
+@dataclass(frozen=True)
+class _DiscussionTable:
+    questions: tuple[Text, ...] = ()
+
+
+@dataclass(frozen=True)
+class _PackageFile:
+    """upstream-package/package.toml as written, decoded by dgr.contracts.convert (unknown keys refused)."""
+
+    deny_words: Strings
+    upstream: _ConventionsTable
+    pulls: Annotated[tuple[_PullTable, ...], convert.AT_LEAST_ONE]
+    concerns: Annotated[tuple[_ConcernTable, ...], convert.AT_LEAST_ONE]
+    drop_trailers: tuple[Text, ...] = ()
+    api_headers: Strings = DEFAULT_API_HEADERS
+    discussion: _DiscussionTable = field(default_factory=_DiscussionTable)
+    mechanical_paths: Strings = DEFAULT_MECHANICAL_PATHS
+    test_paths: Strings = DEFAULT_TEST_PATHS
+
+
+def _pull_problems(doc: _PackageFile, series: list[str]) -> list[str]:
+    """What is wrong with the pull requests together: titles, the series in order, branches used twice."""
+    problems = [
+        f"pulls[{i}].title: {p}" for i, pull in enumerate(doc.pulls) for p in title_problems(pull.title)
+    ]
+    listed = [p for pull in doc.pulls for p in pull.patches]
+    if listed != series:
         problems.append(
             "pulls: the patches of the pull requests, in order, must be the series "
             f"({', '.join(series) or 'empty'}), each once: stacked pull requests take consecutive patches; "
             f"they list {', '.join(listed)}"
         )
-    branches = [p.branch for p in pulls]
+    branches = [p.branch for p in doc.pulls]
     problems += [
         f"pulls: branch {b} is used twice" for b in sorted({b for b in branches if branches.count(b) > 1})
     ]
-    return tuple(pulls)
+    return problems
+
+
+def _concern_problems(doc: _PackageFile, series: list[str]) -> list[str]:
+    names = [c.patch for c in doc.concerns]
+    problems = [f"concerns: {n} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
+    problems += [
+        f"concerns: no concern declares patch {n} (in series/series)" for n in series if n not in names
+    ]
+    return problems + [f"concerns: {n} is not in series/series" for n in names if n not in series]
 
 
 def load_config(path: Path, series: list[str]) -> Config:
     """Read package.toml; every problem (and every patch of the series without a concern) is listed."""
-    data = read_toml(path)
     problems: list[str] = []
-    concerns: list[Concern] = []
-    raw = data.get("concerns")
-    if not isinstance(raw, list) or not raw:
-        problems.append("concerns: expected an array of tables ([[concerns]]), one per patch")
-        raw = []
-    for i, entry in enumerate(raw):
-        where = f"concerns[{i}]"
-        if not isinstance(entry, dict):
-            problems.append(f"{where}: expected a table")
-            continue
-        fields = TomlFields(entry, where, problems)
-        text = fields.nonempty_text("verify_group")
-        group = CONFORMANCE_GROUPS.get(text)
-        if text and group is None:
-            problems.append(f"{where}.verify_group: {text!r} is not one of {', '.join(CONFORMANCE_GROUPS)}")
-        concerns.append(
-            Concern(
-                fields.nonempty_text("patch"),
-                fields.nonempty_text("title"),
-                group or "ownership",  # only when a problem is reported: the config is refused
-                fields.strings("paths"),
-                fields.optional_strings("notes"),
-                fields.nonempty_text("answers"),
-                fields.nonempty_text("drop_when"),
-            )
-        )
-    names = [c.patch for c in concerns]
-    problems += [f"concerns: {n} is declared twice" for n in sorted({n for n in names if names.count(n) > 1})]
-    problems += [
-        f"concerns: no concern declares patch {n} (in series/series)" for n in series if n not in names
-    ]
-    problems += [f"concerns: {n} is not in series/series" for n in names if n and n not in series]
-    top = TomlFields(data, "", problems)
-    config = Config(
-        path,
-        top.strings("deny_words"),
-        top.optional_strings("drop_trailers"),
-        top.strings("api_headers", DEFAULT_API_HEADERS),
-        _upstream(top.table("upstream", optional=True)),
-        _pulls(data.get("pulls"), series, problems),
-        tuple(sorted(concerns, key=lambda c: series.index(c.patch) if c.patch in series else len(series))),
-        top.table("discussion", optional=True).optional_strings("questions"),
-        top.strings("mechanical_paths", DEFAULT_MECHANICAL_PATHS),
-        top.strings("test_paths", DEFAULT_TEST_PATHS),
-    )
-    if problems:
+    doc: _PackageFile | None = None
+    try:
+        doc = convert.from_json(_PackageFile, read_toml(path), path.name)
+    except ConfigError as exc:
+        problems = convert.problems(exc)
+    if doc is not None:
+        problems = _pull_problems(doc, series) + _concern_problems(doc, series)
+    if doc is None or problems:
         raise ConfigError(
             f"{path}: invalid upstream package configuration ({len(problems)} problem(s))",
             detail="\n".join(problems),
             hint="fix upstream-package/package.toml: one [[concerns]] per patch of series/series, "
             "[[pulls]] that take the series in order",
         )
-    return config
+    up = doc.upstream
+    concerns = [
+        Concern(
+            c.patch,
+            c.title,
+            cast(Group, c.verify_group),
+            c.paths,
+            tuple(c.notes),
+            c.answers,
+            c.drop_when,
+        )
+        for c in doc.concerns
+    ]
+    return Config(
+        path,
+        doc.deny_words,
+        doc.drop_trailers,
+        doc.api_headers,
+        UpstreamConventions(
+            pr_template=up.pr_template,
+            kept_section=up.kept_section,
+            submitter_section=up.submitter_section,
+            facts_section=up.facts_section,
+            ci_readme=up.ci_readme,
+            contributing=up.contributing,
+            agents=up.agents,
+            review_lines_per_hour=(up.review_lines_per_hour[0], up.review_lines_per_hour[1]),
+            feature_issue=up.feature_issue,
+            rpc_issue=up.rpc_issue,
+            api_changelog_issue=up.api_changelog_issue,
+            perplexity_text=up.perplexity_text,
+        ),
+        tuple(Pull(i + 1, p.branch, p.title, p.patches, p.why.strip()) for i, p in enumerate(doc.pulls)),
+        tuple(sorted(concerns, key=lambda c: series.index(c.patch))),
+        doc.discussion.questions,
+        doc.mechanical_paths,
+        doc.test_paths,
+    )
 
 
 # --------------------------------------------------------------------------- paths

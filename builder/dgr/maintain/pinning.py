@@ -24,7 +24,7 @@ from pathlib import Path
 
 from dgr.builds import buildplan, harness, reportstore
 from dgr.contracts import locks
-from dgr.contracts.locks import Pin, RebaseTarget, SdistRef, Source, UpstreamLock
+from dgr.contracts.locks import Pin, RebaseTarget, Source, UpstreamLock
 from dgr.core import log
 from dgr.core.digest import sha256_bytes
 from dgr.core.fs import prune_empty_dirs, write_all_atomic
@@ -92,26 +92,31 @@ def resolve(
     return Target(onto, pin, target.port if target else None)
 
 
-def _sources(lock: UpstreamLock, sdist: SdistRef | None) -> tuple[Source, ...]:
-    """The new pin's sources, in lock order: the mirror, SPEC's sdist (if one carries it), the remotes."""
+def _sources(lock: UpstreamLock, onto: rebase.Onto) -> tuple[Source, ...]:
+    """The new pin's sources, in lock order: the mirror, SPEC's sdist (if one carries it: a release's is made
+    into its commit on its base again), the remotes."""
     remotes = tuple(s for s in lock.sources if s.kind == "git")
+    sdist = onto.sdist
+    if sdist is not None and onto.release is not None:
+        return (Source("mirror"), Source("release-sdist", sdist=sdist, release=onto.release), *remotes)
     return (Source("mirror"), *((Source("pypi-sdist", sdist=sdist),) if sdist else ()), *remotes)
 
 
 def new_lock(lock: UpstreamLock, target: Target) -> tuple[UpstreamLock, list[str]]:
     """locks/upstream.toml after the move: SPEC's pin; the old pin kept as a rebase target."""
     notes: list[str] = []
-    old_sdist = next((s.sdist for s in lock.sources if s.kind == "pypi-sdist" and s.sdist), None)
+    old = next((s for s in lock.sources if s.kind in ("pypi-sdist", "release-sdist") and s.sdist), None)
     targets: dict[str, RebaseTarget] = {}
-    if old_sdist is not None:
-        targets[old_sdist.spec] = RebaseTarget(old_sdist.spec, old_sdist, lock.pin)
-        notes.append(f"the old pin {lock.pin.short} is kept as the rebase target {old_sdist.spec}")
+    if old is not None and old.sdist is not None:
+        name = old.release.spec if old.release else old.sdist.spec
+        targets[name] = RebaseTarget(name, old.sdist, lock.pin, release=old.release)
+        notes.append(f"the old pin {lock.pin.short} is kept as the rebase target {name}")
     else:
         notes.append(f"the old pin {lock.pin.short} has no sdist source: no rebase target can keep it")
     targets |= {name: t for name, t in lock.rebase_targets.items() if name != target.onto.spec}
     if target.onto.sdist is None:
         notes.append(f"no sdist carries {target.pin.short}: a mirror or the git remote must provide it")
-    return UpstreamLock(lock.repo, target.pin, _sources(lock, target.onto.sdist), targets), notes
+    return UpstreamLock(lock.repo, target.pin, _sources(lock, target.onto), targets), notes
 
 
 def _check_on(

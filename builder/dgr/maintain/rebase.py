@@ -16,16 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dgr.contracts.locks import Pin, SdistRef, UpstreamLock
+from dgr.contracts.locks import Pin, Release, SdistRef, UpstreamLock
 from dgr.core import log
 from dgr.core.paths import Cache, Repo
-from dgr.errors import UsageError
+from dgr.errors import UpstreamError, UsageError
 from dgr.git import apply, gitops
 from dgr.maintain import rules
 from dgr.series import generated, patchfile
-from dgr.sources import pypi, upstream
+from dgr.sources import pypi, release, upstream
 
 PYPI = re.compile(r"^pypi:([A-Za-z0-9._-]+)==([A-Za-z0-9.+!-]+)$")
+RELEASE = re.compile(r"^release:(b[1-9][0-9]*)$")
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
 DEFAULT_SUBDIR = "vendor/llama.cpp"
 
@@ -49,6 +50,8 @@ class Onto:
     """The sdist that carries the commit (for an unlocked pypi: spec, as downloaded now)."""
     commit_date: dt.datetime | None = None
     """When the commit was made (an upstream older than the pin gets no port: the pin only moves forward)."""
+    release: Release | None = None
+    """For `release:bN`: the tag, and the commit dgr made of its sdist's tree (dgr.sources.release)."""
 
     def to_json(self) -> dict[str, Any]:
         return _attributes(self, "spec", "commit", "tree", "source", "verified")
@@ -60,10 +63,22 @@ def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tm
         pin, sources = upstream.select(lock, spec)
         got = upstream.obtain(cache, pin, sources, mirror)
         target = lock.rebase_targets[spec]
-        return Onto(spec, got.repo, pin.commit, pin.tree, got.source, True, target.sdist, pin.commit_date)
+        return Onto(
+            spec,
+            got.repo,
+            pin.commit,
+            pin.tree,
+            got.source,
+            True,
+            target.sdist,
+            pin.commit_date,
+            target.release,
+        )
     stage = tmp / "onto.git"
     gitops.init_bare(stage)
     sdist: SdistRef | None = None
+    if match := RELEASE.match(spec):
+        return _unlocked_release(cache, lock, spec, match.group(1), mirror, stage, tmp)
     if match := PYPI.match(spec):
         package, version = match.groups()
         log.warn(f"{spec} has no entry in locks/upstream.toml [rebase.targets]: its sdist is UNVERIFIED")
@@ -86,7 +101,9 @@ def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tm
     else:
         raise UsageError(
             f"cannot resolve {spec!r} as an upstream",
-            hint="use a locked target (" + ", ".join(lock.rebase_targets) + "), pypi:NAME==VERSION, "
+            hint="use a locked target ("
+            + ", ".join(lock.rebase_targets)
+            + "), release:bN, pypi:NAME==VERSION, "
             "a path to a llama.cpp git tree, or a commit in the mirror",
         )
     gitops.git(
@@ -98,6 +115,44 @@ def resolve(cache: Cache, lock: UpstreamLock, spec: str, mirror: Path | None, tm
     fetched = gitops.repo(stage).commit(upstream.VERIFIED_REF)
     commit, tree = fetched.hexsha, fetched.tree.hexsha
     return Onto(spec, stage, commit, tree, label, False, sdist, gitops.commit_date(stage, commit))
+
+
+def _unlocked_release(
+    cache: Cache, lock: UpstreamLock, spec: str, tag: str, mirror: Path | None, stage: Path, tmp: Path
+) -> Onto:
+    """A release not in the lock: its sdist as PyPI serves it now (UNVERIFIED), committed on the pin."""
+    log.warn(f"{spec} has no entry in locks/upstream.toml [rebase.targets]: its sdist is UNVERIFIED")
+    unverified = release.sdist_ref(tag, "")
+    download = pypi.Download(unverified.package, unverified.version, unverified.filename, None, False)
+    try:
+        archive = pypi.fetch(cache, download)
+    except UpstreamError as exc:
+        if "No matching distribution" not in (exc.detail or ""):
+            raise
+        raise UpstreamError(
+            f"release {tag} is not on PyPI: pip found no sdist {unverified.package}=={unverified.version}",
+            hint=f"`pip index versions {unverified.package}` lists the releases there (version N.0.0 is bN)",
+        ) from exc
+    # downloads/<sha256>/<file>: the digest it is filed under is the one it has
+    sdist = release.sdist_ref(tag, archive.parent.name)
+    pin, sources = upstream.select(lock, None)
+    base = upstream.obtain(cache, pin, sources, mirror)
+    gitops.git(
+        [
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--depth=1",
+            str(base.repo),
+            f"{pin.commit}:{upstream.VERIFIED_REF}",
+        ],
+        cwd=stage,
+    )
+    made = release.make(stage, archive, Release(tag, pin.commit), sdist, tmp, None)
+    gitops.git(["update-ref", upstream.VERIFIED_REF, made.commit], cwd=stage)
+    found = Release(tag, pin.commit, made.omitted, made.changed)
+    label = f"{spec} (unverified sdist {sdist.filename}, sha256 {sdist.sha256})"
+    return Onto(spec, stage, made.commit, made.tree, label, False, sdist, made.commit_date, found)
 
 
 def scratch_repo(where: Path, repos: list[Path]) -> Path:
@@ -131,10 +186,13 @@ class PatchReport:
     """An earlier patch conflicted and was skipped: this result is on top of an incomplete series."""
     files: list[str] = field(default_factory=list)
     rejections: list[apply.Rejection] = field(default_factory=list)
+    rule: rules.RuleCounts | None = None
+    """A generated patch: what its rule did on that upstream (or where it refused it)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             **_attributes(self, "name", "subject", "status", "after_failure", "files"),
+            "rule": self.rule.to_json() if self.rule else None,
             "hunks": [
                 {"file": r.file, "index": n, "header": header}
                 for r in self.rejections
@@ -245,9 +303,9 @@ def _regenerated(
 ) -> PatchReport:
     """A generated patch, made by its rule on the work tree's upstream: `clean` when that is what plain
     `git am` of the committed patch gives, else `regenerated`; `conflict` naming what stopped it."""
-    done, stopped = rules.regenerate(repo, rule, worktree, patch.path, identity)
+    done, stopped, counts = rules.regenerate(repo, rule, worktree, patch.path, identity)
     if not done:
-        return PatchReport(patch.name, subject, "conflict", failed_before, stopped)
+        return PatchReport(patch.name, subject, "conflict", failed_before, stopped, rule=counts)
     made = gitops.git(["rev-parse", "HEAD"], cwd=worktree).stdout.strip()
     gitops.git(["reset", "--quiet", "--hard", "HEAD~1"], cwd=worktree)
     plain = (
@@ -256,4 +314,4 @@ def _regenerated(
         == gitops.git(["rev-parse", f"{made}^{{tree}}"], cwd=worktree).stdout.strip()
     )
     gitops.git(["reset", "--quiet", "--hard", made], cwd=worktree)
-    return PatchReport(patch.name, subject, "clean" if plain else "regenerated", failed_before)
+    return PatchReport(patch.name, subject, "clean" if plain else "regenerated", failed_before, rule=counts)

@@ -5,8 +5,11 @@ or a rule that no longer gives the patch, is a finding naming the rule and the f
 
 from __future__ import annotations
 
+import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dgr.core import proc
 from dgr.core.paths import Repo
@@ -22,20 +25,66 @@ REGENERATE_HINT = (
 )
 
 
-def _run(repo: Repo, rule: str, tree: Path) -> tuple[int, list[str]]:
-    """Run the rule on `tree` in place: its exit code and what went wrong (its refusals, `file:line: ...`)."""
+_SUMMARY = re.compile(
+    r"^(?P<rule>[\w-]+): (?P<changed>\d+) (?:changed|to change), (?P<done>\d+) done, "
+    r"(?P<no_loop>\d+) without a layer loop, (?P<skipped>\d+) not for this rule, (?P<refused>\d+) refused$",
+    re.M,
+)
+
+
+@dataclass(frozen=True)
+class RuleCounts:
+    """What a rule did to a tree, from its summary line: files changed, already done, without a layer loop,
+    not for the rule, and its refusals (`file:line: reason`)."""
+
+    changed: int
+    done: int
+    no_loop: int
+    skipped: int
+    refused: list[str] = field(default_factory=list, hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "changed": self.changed,
+            "done": self.done,
+            "without_layer_loop": self.no_loop,
+            "not_for_rule": self.skipped,
+            "refused": self.refused,
+        }
+
+    def describe(self) -> str:
+        return (
+            f"{self.changed} changed, {self.no_loop} without a layer loop, {len(self.refused)} refused"
+            + "".join(f"; {r}" for r in self.refused[:3])
+        )
+
+
+def _run(repo: Repo, rule: str, tree: Path) -> tuple[int, list[str], RuleCounts | None]:
+    """Run the rule on `tree` in place: its exit code, what went wrong (its refusals, `file:line: ...`) and
+    its counts (None when it printed no summary)."""
     result = proc.run([sys.executable, repo.root / PROGRAM, rule, tree], check=False, what=f"the rule {rule}")
+    refusals = [line for line in result.stderr.splitlines() if line.startswith(f"{PATHS}/")]
+    summary = _SUMMARY.search(result.stderr)
+    counts = (
+        RuleCounts(
+            int(summary["changed"]),
+            int(summary["done"]),
+            int(summary["no_loop"]),
+            int(summary["skipped"]),
+            refusals,
+        )
+        if summary
+        else None
+    )
     if result.returncode == _REFUSED:
-        return result.returncode, [
-            line for line in result.stderr.splitlines() if line.startswith(f"{PATHS}/")
-        ]
-    return result.returncode, [result.stderr.strip()] if result.returncode != 0 else []
+        return result.returncode, refusals, counts
+    return result.returncode, [result.stderr.strip()] if result.returncode != 0 else [], counts
 
 
 def check_commit(repo: Repo, generated: Generated, parent: Path, commit: str) -> RuleFinding | None:
     """Run the rule on `parent` (a work tree of the commit the patch applies to) and compare the result with
     `commit`, the patch's commit; `parent` is left edited."""
-    code, problems = _run(repo, generated.rule, parent)
+    code, problems, _ = _run(repo, generated.rule, parent)
     if code == _REFUSED:
         return RuleFinding(
             generated.patch, f"the rule {generated.rule} refuses the tree: " + "; ".join(problems[:3])
@@ -54,11 +103,12 @@ def check_commit(repo: Repo, generated: Generated, parent: Path, commit: str) ->
 
 def regenerate(
     repo: Repo, rule: str, worktree: Path, patch: Path, identity: gitops.Identity
-) -> tuple[bool, list[str]]:
+) -> tuple[bool, list[str], RuleCounts | None]:
     """Apply a generated patch on another upstream by regeneration: its hand-written part with
     `git am --3way` (the rule's paths left out), then the rule on the tree, amended into that commit, so that
     a model file new in that upstream gets the edit too. (done?, what stopped it: conflicting files or the
-    rule's refusals by file and line); on failure the work tree is back where it was."""
+    rule's refusals by file and line), and the rule's counts when it ran; on failure the work tree is back
+    where it was."""
     env = identity.env()
     am = gitops.git(
         ["am", "--quiet", "--3way", f"--exclude={PATHS}/*", str(patch)], cwd=worktree, env=env, check=False
@@ -66,10 +116,11 @@ def regenerate(
     if am.returncode != 0:
         gitops.git(["am", "--abort"], cwd=worktree, env=env, check=False)
         conflicts = apply.conflicted_files(am.stdout + am.stderr)
-        return False, conflicts or [r.describe() for r in apply.diagnose(worktree, patch, f"{PATHS}/*")]
-    code, problems = _run(repo, rule, worktree)
+        found = conflicts or [r.describe() for r in apply.diagnose(worktree, patch, f"{PATHS}/*")]
+        return False, found, None
+    code, problems, counts = _run(repo, rule, worktree)
     if code != 0:
         gitops.git(["reset", "--quiet", "--hard", "HEAD~1"], cwd=worktree, env=env)
-        return False, problems
+        return False, problems, counts
     gitops.git(["commit", "--quiet", "--amend", "--no-edit", "--all"], cwd=worktree, env=env)
-    return True, []
+    return True, [], counts

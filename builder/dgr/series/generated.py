@@ -8,6 +8,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from dgr.contracts import convert
 from dgr.core.paths import Repo
 from dgr.errors import ConfigError
 
@@ -36,6 +37,11 @@ class Generated:
 
 
 @dataclass(frozen=True)
+class _RulesFile:
+    generated: tuple[Generated, ...] = ()
+
+
+@dataclass(frozen=True)
 class RuleFinding:
     patch: str
     problem: str
@@ -50,16 +56,15 @@ def load(repo: Repo) -> list[Generated]:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{CONFIG}: cannot be read: {exc}", hint="fix the file") from exc
-    entries = data.get("generated", [])
-    if not isinstance(entries, list) or not all(
-        isinstance(e, dict) and set(e) == {"patch", "rule"} and all(isinstance(v, str) for v in e.values())
-        for e in entries
-    ):
+    # the one strict decoder: a key but `generated`, or a table with a key but `patch` and `rule`, is refused
+    try:
+        return list(convert.from_json(_RulesFile, data, str(CONFIG)).generated)
+    except ConfigError as exc:
         raise ConfigError(
             f"{CONFIG}: each [[generated]] table has exactly the strings `patch` and `rule`",
+            detail="\n".join(convert.problems(exc)),
             hint='write [[generated]] patch = "<file in patches/>" rule = "<rule of rewrite.py>"',
-        )
-    return [Generated(e["patch"], e["rule"]) for e in entries]
+        ) from exc
 
 
 def rules_of(repo: Repo) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,12 +43,13 @@ class Download:
         return f"{self.package}=={self.version}"
 
 
-def fetch(cache: Cache, item: Download) -> Path:
-    """The verified file in the cache, downloading it when it is not there (or broken)."""
-    return fetch_all(cache, [item])[0]
+def fetch(cache: Cache, item: Download, rejected: Path | None = None) -> Path:
+    """The verified file in the cache, downloading it when it is not there (or broken); a download that
+    does not match the lock is moved into `rejected` (if given) for a closer look, never into the cache."""
+    return fetch_all(cache, [item], rejected)[0]
 
 
-def fetch_all(cache: Cache, items: Sequence[Download]) -> list[Path]:
+def fetch_all(cache: Cache, items: Sequence[Download], rejected: Path | None = None) -> list[Path]:
     """The verified files of `items` in the cache (in order); those not there (or broken) are downloaded by
     one `pip download`, so that several wheels cost one pip start. A file that does not match its lock stops
     it: nothing of that file is cached (the others that matched are)."""
@@ -77,11 +79,11 @@ def fetch_all(cache: Cache, items: Sequence[Download]) -> list[Path]:
         with log.step(f"download {what} from PyPI (pip download)"):
             _pip_download(missing, tmp)
         files = {p.name: p for p in tmp.iterdir() if p.is_file()}
-        published = {item.filename: _publish(cache, item, files) for item in missing}
+        published = {item.filename: _publish(cache, item, files, rejected) for item in missing}
     return [found.get(i) or published[item.filename] for i, item in enumerate(items)]
 
 
-def _publish(cache: Cache, item: Download, files: dict[str, Path]) -> Path:
+def _publish(cache: Cache, item: Download, files: dict[str, Path], rejected: Path | None) -> Path:
     """The downloaded file of `item`, verified and published into `downloads/<sha256>/`."""
     got = files.get(item.filename)
     if got is None:
@@ -94,6 +96,9 @@ def _publish(cache: Cache, item: Download, files: dict[str, Path]) -> Path:
     if item.sha256 is None:
         log.warn(f"{item.filename} is not in any lock: UNVERIFIED download (sha256 {actual})")
     elif actual != item.sha256:
+        if rejected is not None:
+            rejected.mkdir(parents=True, exist_ok=True)
+            got.rename(rejected / got.name)
         raise IntegrityError(
             f"{item.filename} downloaded from PyPI does not match the lock; nothing was cached",
             expected=item.sha256,
@@ -129,13 +134,32 @@ def _pip_download(items: Sequence[Download], dest: Path) -> None:
         str(dest),
         *(item.requirement for item in items),
     ]
+    _pip(cmd, f"pip download {requirements}")
+
+
+def _pip(cmd: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    """Run pip; a failure that reads as an unreachable index is a NetworkError (exit 10)."""
     try:
-        proc.run(cmd, error=UpstreamError, what=f"pip download {requirements} failed")
+        return proc.run(cmd, error=UpstreamError, what=f"{what} failed")
     except UpstreamError as exc:
         if exc.detail and _NETWORK_PATTERNS.search(exc.detail):
             raise NetworkError(
-                f"PyPI is unreachable: pip download {requirements} failed",
+                f"PyPI is unreachable: {what} failed",
                 detail=exc.detail,
                 hint="check the network or pip's index configuration, or use a local mirror (--mirror PATH)",
             ) from exc
         raise
+
+
+def newest_version(package: str) -> str:
+    """The highest version of `package` on the index (`pip index versions`, through pip's configuration)."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", "--disable-pip-version-check", package]
+    result = _pip(cmd, f"pip index versions {package}")
+    match = re.search(rf"^{re.escape(package)} \(([^)]+)\)", result.stdout, flags=re.M)
+    if match is None:
+        raise UpstreamError(
+            f"pip index versions {package} named no version",
+            detail=result.stdout,
+            hint=f"check that {package} is on the index",
+        )
+    return match.group(1)

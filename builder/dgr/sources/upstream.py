@@ -13,18 +13,18 @@ import os
 import re
 import shutil
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from filelock import FileLock
 
-from dgr.contracts.locks import Pin, SdistRef, Source, UpstreamLock
+from dgr.contracts.locks import Pin, Release, SdistRef, Source, UpstreamLock, Upstreams
 from dgr.core import log
 from dgr.core.fs import publish_dir
 from dgr.core.paths import Cache
-from dgr.errors import ConfigError, NetworkError, UpstreamError, UsageError
+from dgr.errors import ConfigError, IntegrityError, NetworkError, UpstreamError, UsageError
 from dgr.git import gitops
-from dgr.sources import pypi
+from dgr.sources import pypi, release
 
 MIRROR_ENV = "DGR_UPSTREAM_MIRROR"
 VERIFIED_REF = "refs/dgr/upstream"
@@ -66,10 +66,14 @@ def verify(git_dir: Path, pin: Pin, label: str, ref: str = VERIFIED_REF) -> None
             raise UpstreamError(f"{label}: {problem}", expected=locked, actual=found or "nothing", hint=hint)
 
 
-def select(lock: UpstreamLock, spec: str | None) -> tuple[Pin, tuple[Source, ...]]:
-    """The pin and its sources: the lock's own, or those of a locked rebase target named `spec`."""
+def select(lock: UpstreamLock, spec: str | None) -> Upstreams:
+    """The pin and its sources: the lock's own, or those of a locked rebase target named `spec` (a release's
+    with the pin and sources of its base, which the lock must hold)."""
     if spec is None:
-        return lock.pin, lock.sources
+        sources = tuple(
+            replace(s, base=_base(lock, s.release, lock.pin.short)) if s.release else s for s in lock.sources
+        )
+        return lock.pin, sources
     target = lock.rebase_targets.get(spec)
     if target is None:
         raise UsageError(
@@ -78,7 +82,28 @@ def select(lock: UpstreamLock, spec: str | None) -> tuple[Pin, tuple[Source, ...
             + (", ".join(lock.rebase_targets) or "(none)"),
         )
     # the mirror first, as for the pin: a local repository that has the commit needs no download
+    if target.release is not None:
+        base = _base(lock, target.release, spec)
+        return target.pin, (
+            Source("mirror", sdist=target.sdist, release=target.release, base=base),
+            Source("release-sdist", sdist=target.sdist, release=target.release, base=base),
+        )
     return target.pin, (Source("mirror"), Source("pypi-sdist", sdist=target.sdist))
+
+
+def _base(lock: UpstreamLock, release: Release, name: str) -> Upstreams:
+    """The pin and sources of a release's base: the pin's, or a locked target's of that commit."""
+    if release.base == lock.pin.commit:
+        return lock.pin, tuple(s for s in lock.sources if s.release is None)
+    for target in lock.rebase_targets.values():
+        if target.pin.commit == release.base and target.release is None:
+            return select(lock, target.name)
+    raise ConfigError(
+        f"locks/upstream.toml: the base {release.base} of {name} ({release.tag}) is neither the pin nor a "
+        "locked rebase target",
+        hint="keep the upstream a release was locked on in [rebase.targets], or lock the release again "
+        "(`dgr pin --add-target`)",
+    )
 
 
 def obtain(cache: Cache, pin: Pin, sources: tuple[Source, ...], mirror: Path | None = None) -> Upstream:
@@ -125,7 +150,10 @@ def adopt(cache: Cache, staged: Path, pin: Pin, label: str) -> Upstream:
 
 def _label(source: Source, mirror: Path | None) -> str:
     if source.kind == "mirror":
-        return f"mirror {mirror_path(mirror) or '(not configured)'}"
+        tag = f" (tag {source.release.tag})" if source.release else ""
+        return f"mirror {mirror_path(mirror) or '(not configured)'}{tag}"
+    if source.kind == "release-sdist" and source.sdist and source.release:
+        return f"PyPI sdist {source.sdist.package}=={source.sdist.version} (release {source.release.tag})"
     if source.kind == "pypi-sdist" and source.sdist:
         return f"PyPI sdist {source.sdist.package}=={source.sdist.version}"
     return f"git remote {source.url}"
@@ -143,7 +171,9 @@ def _from_source(cache: Cache, pin: Pin, source: Source, mirror: Path | None, ta
     with cache.tmpdir(f"upstream-{pin.short}") as tmp:
         stage = tmp / "repo.git"
         gitops.init_bare(stage)
-        if source.kind == "mirror":
+        if source.release is not None:
+            label = _fetch_release(cache, stage, pin, source, mirror, tmp)
+        elif source.kind == "mirror":
             label = _fetch_mirror(stage, pin, mirror_path(mirror))
         elif source.kind == "pypi-sdist" and source.sdist:
             label = _fetch_sdist(cache, stage, source.sdist, tmp)
@@ -180,6 +210,55 @@ def _fetch_mirror(stage: Path, pin: Pin, mirror: Path | None) -> str:
         raise _UnavailableSourceError(f"{mirror} does not contain commit {pin.commit}")
     label = f"mirror {mirror.resolve()}"
     _fetch(stage, str(mirror.resolve()), pin.commit, label)
+    return label
+
+
+def _fetch_release(
+    cache: Cache, stage: Path, pin: Pin, source: Source, mirror: Path | None, tmp: Path
+) -> str:
+    """The release's commit made in `stage` on its base (dgr.sources.release), from the mirror's tag or the
+    sdist; a tree that is not the locked one is refused (exit 4) naming the tag and the files."""
+    rel, sdist = source.release, source.sdist
+    assert rel is not None and sdist is not None and source.base is not None  # select() gives all three
+    where = mirror_path(mirror)
+    if source.kind == "mirror" and (where is None or not where.exists()):
+        raise _UnavailableSourceError("not configured" if where is None else f"{where} does not exist")
+    base_pin, base_sources = source.base
+    base = obtain(cache, base_pin, base_sources, mirror)
+    _fetch(stage, str(base.repo), base_pin.commit, f"the base {base_pin.short} of {rel.tag}")
+    if source.kind == "mirror":
+        assert where is not None
+        tree = release.from_mirror(stage, where, rel, tmp)
+        if tree is None:
+            raise _UnavailableSourceError(f"{where} has no tag {rel.tag}")
+        label = f"mirror {where.resolve()} (tag {rel.tag})"
+        if tree != pin.tree:
+            raise UpstreamError(
+                f"{label}: the tag's tree (less the files the sdist leaves out) is not the locked one",
+                expected=pin.tree,
+                actual=tree,
+                hint="the mirror's tag is not the release the lock holds: fix the mirror, or drop --mirror",
+            )
+        made = release.commit(stage, tree, rel, sdist, pin.commit_date)
+    else:
+        label = f"{sdist.spec} (release {rel.tag}, sha256 {sdist.sha256})"
+        download = pypi.Download(sdist.package, sdist.version, sdist.filename, sdist.sha256, False)
+        try:
+            archive = pypi.fetch(cache, download, rejected=tmp / "rejected")
+        except NetworkError as exc:
+            raise _UnavailableSourceError(exc.what, network=True) from exc
+        except IntegrityError as exc:
+            bad = tmp / "rejected" / sdist.filename
+            if bad.is_file():  # what differs: the files, not only the archive's digest
+                other = release.make(stage, bad, rel, sdist, tmp / "rejected-tree", pin.commit_date)
+                if other.tree != pin.tree:
+                    raise release.refuse_tree(label, rel, pin, other, other.tree, rel.changed) from exc
+            raise
+        got = release.make(stage, archive, rel, sdist, tmp, pin.commit_date)
+        if got.tree != pin.tree:
+            raise release.refuse_tree(label, rel, pin, got, got.tree, rel.changed)
+        made = got.commit
+    gitops.git(["update-ref", VERIFIED_REF, made], cwd=stage)
     return label
 
 
