@@ -9,7 +9,7 @@ import re
 import pytest
 from dgr.cli import build_parser
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, git
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # `dgr [-v|-q|-C DIR] COMMAND[/COMMAND] rest-of-the-invocation`: up to a backtick, a comment or a table cell
@@ -77,3 +77,43 @@ def test_every_command_of_the_commands_table_exists() -> None:
     assert len(set(rows)) >= 12
     assert set(rows) <= set(commands())
     assert set(commands()) <= set(rows)  # and the table has a row for every command
+
+
+# a row of docs/series.md's patch table: `NAME.patch` ... | N files, +A \u2212D (core / tests / mechanical) |
+PATCH_ROW = re.compile(
+    r"^\| `([\w.-]+\.patch)`.*\| (\d+) files?, \+(\d+) \u2212(\d+) \((\d+) / (\d+) / (\d+)\) \|$", re.M
+)
+
+
+def test_the_patch_table_of_series_md_is_the_series() -> None:
+    """docs/series.md gives, per patch, its files, added and removed lines and its changed lines by kind
+    (hand-written core, tests, mechanical: upstream-package/package.toml's globs); they are the patches'."""
+    from dgr.export import render, upstream_package
+    from dgr.export.branches import FileStat, Stat
+    from dgr.series import order
+
+    order_file = ROOT / "series" / "series"
+    names = order.parse(order_file.read_text(), order_file).names
+    config = upstream_package.load_config(ROOT / "upstream-package" / "package.toml", names)
+    rows = {
+        m.group(1): tuple(int(g) for g in m.groups()[1:])
+        for m in PATCH_ROW.finditer((ROOT / "docs" / "series.md").read_text())
+    }
+    assert list(rows) == names
+    for name in names:
+        numstat = git(ROOT, "apply", "--numstat", str(ROOT / "patches" / name)).splitlines()
+        files = tuple(
+            FileStat(path, int(plus), int(minus))
+            for plus, minus, path in (line.split("\t") for line in numstat)
+        )
+        stat = Stat(len(files), sum(f.added for f in files), sum(f.deleted for f in files), files)
+        # the package's own count of a pull request's lines by kind (its description's figures)
+        counts = render.line_counts(stat, config)
+        assert rows[name] == (
+            stat.files,
+            stat.added,
+            stat.deleted,
+            counts["core"],
+            counts["tests"],
+            counts["mechanical"],
+        ), name

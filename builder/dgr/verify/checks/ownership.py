@@ -71,18 +71,27 @@ def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: Evidence, 
                 shard_bytes.append(rep["n_bytes"])
                 for name in held:
                     holders[name] = holders.get(name, 0) + 1
-    for name in inv.tensors:
+    want_bytes = 0
+    for name, nbytes in inv.tensors.items():
         want_holders = (
             k if inventory.is_shared(name) else (min(2, k) if inv.tied and name == "token_embd.weight" else 1)
         )
+        want_bytes += want_holders * nbytes
         if holders.get(name, 0) != want_holders:
             problems.append(f"{name} is held by {holders.get(name, 0)} shards, expected {want_holders}")
+    # the shards' own byte counts, summed, against the file's: each tensor once, a shared one once per holder
+    if sum(shard_bytes) != want_bytes:
+        problems.append(
+            f"the shards hold {sum(shard_bytes)} bytes in all; the file's tensors, each counted once per "
+            f"shard that must hold it, are {want_bytes} bytes ({inv.n_bytes} in the file)"
+        )
     figures: dict[str, Any] = {
         "shards": k,
         "file_tensors": len(inv.tensors),
         "held_tensors_total": sum(shard_tensors),
         "file_bytes": inv.n_bytes,
         "held_bytes_total": sum(shard_bytes),
+        "expected_held_bytes_total": want_bytes,
         "max_buffer_deviation": max_dev,
         "tensors_per_shard": shard_tensors,
         "bytes_per_shard": shard_bytes,
