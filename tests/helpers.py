@@ -238,7 +238,7 @@ def write_report(
         for t in native
     ]
     report = {
-        "format": 1,
+        "format": 2,
         "inputs_digest": digest,
         "baseline_digest": None,
         "groups": list(groups),

@@ -47,7 +47,7 @@ def test_the_report_reads_back_what_it_writes() -> None:
     written = report()
     data = json.loads(json.dumps(written.to_json()))
     assert Report.from_json(data) == written
-    assert data["passed"] is True and data["format"] == 1
+    assert data["passed"] is True and data["format"] == 2
     assert written.problems("a" * 64) == []
 
 
@@ -64,7 +64,21 @@ def test_problems_name_the_digest_the_groups_and_the_failures() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"format": 2}, "format 2 is not 1"),
+        ({"format": 1}, "format 1 is not 2"),
+        (
+            {
+                "checks": [
+                    {
+                        "group": "archs",
+                        "name": "x",
+                        "evidence": "synthetic fixture",
+                        "passed": True,
+                        "device_failure": True,
+                    }
+                ]
+            },
+            "a device failure is not a passed check",
+        ),
         ({"passed": False}, "`passed` is False, but its checks say True"),
         ({"groups": ["native", "speed"]}, r"report.groups\[1\]: 'speed' is not one of"),
         ({"checks": [{"group": "kv", "name": "x", "evidence": "a hunch", "passed": True}]}, "evidence"),
@@ -84,7 +98,7 @@ def test_records_take_keywords_only() -> None:
     with pytest.raises(TypeError):
         Check("kv", "x", "real model", True)  # type: ignore[misc]  # the point: positional is refused
     fields = [f.name for f in dataclasses.fields(buildplan.Plan)]
-    assert len(fields) == 13
+    assert len(fields) == 14
     with pytest.raises(TypeError):
         buildplan.Plan(*fields)  # type: ignore[misc]  # the point: positional is refused
 

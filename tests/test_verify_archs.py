@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dgr.contracts.report import Counts
 from dgr.verify.checks import archs
 
 ESC = "\x1b"
@@ -117,9 +118,15 @@ def calls(tmp_path: Path) -> list[str]:
 
 def test_a_device_that_fails_upstreams_own_test_is_a_device_failure(tmp_path: Path) -> None:
     checks = {c.name: c for c in archs._on_device(fake_test(tmp_path, 139), "Vulkan0", tmp_path)}
-    assert all(c.passed for c in checks.values()), [c.detail for c in checks.values() if not c.passed]
     stopped = checks["qwen3next/moe"]
+    others = [c for c in checks.values() if c is not stopped]
+    assert all(c.passed for c in others), [c.detail for c in others if not c.passed]
+    # the row never ran: not a pass, and not a failure of the check either, a count of its own
+    assert not stopped.passed and stopped.device_failure and not stopped.failed
     assert stopped.figures["status"] == "device-failure"
+    assert Counts.of(checks.values()) == Counts(passed=len(others), device_failures=1, failed=0)
+    assert Counts.of(checks.values()).text() == f"{len(others)} passed, 1 device failure (driver), 0 failed"
+    assert "upstream's own test of qwen3next" in stopped.detail
     reason = stopped.figures["reason"]
     assert "upstream's own test of qwen3next on Vulkan0, without a range, exits with 139 too" in reason
     assert checks["qwen3next/dense"].figures["status"] == "certified"
@@ -146,7 +153,8 @@ def test_a_hung_driver_is_stopped_and_its_row_kept(tmp_path: Path, monkeypatch: 
     # the table hangs at qwen3next's MoE (as Mesa 25's lavapipe does), and so does upstream's own test
     monkeypatch.setattr(archs, "IDLE_TIMEOUT", 3.0)
     checks = {c.name: c for c in archs._on_device(fake_test(tmp_path, "hang", "hang"), "Vulkan0", tmp_path)}
-    assert all(c.passed for c in checks.values()), [c.detail for c in checks.values() if not c.passed]
+    assert [c.name for c in checks.values() if not c.passed] == ["qwen3next/moe"]
+    assert checks["qwen3next/moe"].device_failure
     # the rows printed before the hang are kept, the hung one is a device failure, the table goes on
     assert checks["qwen3next/dense"].figures["status"] == "certified"
     reason = checks["qwen3next/moe"].figures["reason"]

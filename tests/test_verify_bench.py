@@ -11,7 +11,7 @@ import pytest
 from dgr.builds import buildtime
 from dgr.commands import bench as bench_command
 from dgr.contracts.bench import BENCH_FORMAT, BenchResult
-from dgr.errors import ConfigError
+from dgr.errors import BenchError, ConfigError
 
 from tests.helpers import ROOT
 
@@ -252,3 +252,16 @@ def test_the_edit_benchmark_edits_a_line_the_series_adds() -> None:
     assert buildtime.EDIT_TO.split("//")[0] == buildtime.EDIT_FROM.split("//")[0] != buildtime.EDIT_TO
     assert buildtime.EDIT_WARM.split("//")[0] == buildtime.EDIT_FROM.split("//")[0]
     assert len({buildtime.EDIT_FROM, buildtime.EDIT_WARM, buildtime.EDIT_TO}) == 3
+
+
+def test_a_split_that_decodes_other_tokens_fails_the_bench() -> None:
+    diverged = bench_command.diverged
+    diverged(BenchResult.from_json(RESULT))  # every split gave the whole model's tokens
+    broken = json.loads(json.dumps(RESULT))
+    broken["workers"][1]["decode"]["same_tokens"] = False
+    del broken["in_process"][2]["decode"]["same_tokens"]
+    with pytest.raises(BenchError) as err:
+        diverged(BenchResult.from_json(broken))
+    assert "2 split(s) decoded other tokens" in str(err.value)
+    assert "m.gguf: the split into 3 (one worker per range) generated other tokens" in err.value.detail
+    assert "m.gguf: the split into 5 (in one process) did not compare its tokens" in err.value.detail

@@ -131,7 +131,7 @@ def test_kv_share_is_counted_per_layer() -> None:
     half of the whole, they are the sum of their layers."""
     per_layer = [(4 if i % 6 == 5 else 1) * MiB for i in range(18)]
     splits = [inventory.split(18, k) for k in (2, 3, 6)]
-    problems, figures = kv.kv_verdict(kv_measured(per_layer, splits), 18, splits)
+    problems, figures = kv.kv_verdict(kv_measured(per_layer, splits), per_layer, splits)
     assert problems == [] and figures["max_deviation"] == 0.0
     assert figures["distinct_layer_sizes"] == [MiB, 4 * MiB]
     assert figures["naive_max_deviation"] > 0.1  # a share by layer count would be 11% off for [0, 9)
@@ -142,8 +142,8 @@ def test_kv_of_a_range_holding_another_layer_is_refused() -> None:
     splits = [inventory.split(18, 3)]
     measured = kv_measured(per_layer, splits)
     measured[(6, 12)] += MiB  # a cache for one layer too many
-    problems, _ = kv.kv_verdict(measured, 18, splits)
-    assert problems == [f"[6, 12): {10 * MiB} bytes, its layers hold {9 * MiB}"]
+    problems, _ = kv.kv_verdict(measured, per_layer, splits)
+    assert problems == [f"[6, 12): {10 * MiB} bytes of KV cache, its layers hold {9 * MiB} (from the file)"]
 
 
 def test_the_groups_run_fixtures_then_every_locked_model(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,16 +69,33 @@ def collect(dest: Path, llama_bin: Path, plan: Plan, worker: CMakeProject | None
             _copy(exe, dest)
 
 
+def unregistered(declared: Mapping[str, str], registered: list[dict[str, Any]]) -> None:
+    """BuildError naming every test a patch declares (`declared`: test -> patch) that CTest does not
+    register (`registered`: `ctest --show-only=json-v1`'s tests): a test that never runs passes nothing."""
+    names = {t["name"] for t in registered}
+    missing = [
+        f"{patch} declares the native test {name}" for name, patch in declared.items() if name not in names
+    ]
+    if missing:
+        raise BuildError(
+            f"{'; '.join(missing)}, but CTest never registers it",
+            hint="check the patch's tests/CMakeLists.txt entry (its name, and the condition around it)",
+        )
+
+
 def native_test_files(
-    staging: Path, llama: CMakeProject, names: tuple[str, ...], work_bin: Path, final_bin: Path
+    staging: Path, llama: CMakeProject, declared: Mapping[str, str], work_bin: Path, final_bin: Path
 ) -> list[dict[str, Any]]:
-    """CTestTestfile.cmake and tests.json for the patch-added tests, pointing at the final bin/."""
-    if not names:
+    """CTestTestfile.cmake and tests.json for the patch-added tests (`declared`: test -> the patch that adds
+    it), pointing at the final bin/; BuildError when CTest does not register one of them."""
+    if not declared:
         return []
+    registered = llama.tests()
+    unregistered(declared, registered)
     tests = []
-    for test in llama.tests():
-        if test["name"] not in names:
-            continue
+    for test in registered:
+        if test["name"] not in declared:
+            continue  # upstream's own tests
         command = [
             str(final_bin / Path(c).name) if Path(c).parent == work_bin else c for c in test["command"]
         ]

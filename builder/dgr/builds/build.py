@@ -113,7 +113,8 @@ def _build(ctx: Context, plan: Plan, store: BuildStore, jobs: int | None = None)
     def fill(staging: Path) -> BuildManifest:
         final_bin = store.path(plan.digest) / "bin"
         artifacts.collect(staging / "bin", build_dir / "bin", plan, worker)
-        tests = artifacts.native_test_files(staging, llama, plan.native_tests, build_dir / "bin", final_bin)
+        declared = {name: plan.test_patches.get(name, "a patch") for name in plan.native_tests}
+        tests = artifacts.native_test_files(staging, llama, declared, build_dir / "bin", final_bin)
         return artifacts.manifest(plan, upstream.source, applied, compilers, src, build_dir, tests)
 
     with log.step(f"publish {store.path(plan.digest)}"):

@@ -8,7 +8,8 @@ built); then the inputs digest is computed over the canonical JSON of everything
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,8 @@ class Plan:
     """The CTest names of the tests the patches add."""
     native_targets: tuple[str, ...]
     """The executables those tests run."""
+    test_patches: Mapping[str, str] = field(default_factory=dict)
+    """The patch that declares each of those tests, by test name."""
     tool_targets: tuple[str, ...] = ()
     """Upstream's tools, for `--tools` builds."""
     worker_files: dict[str, str]
@@ -106,6 +109,11 @@ def native_test_targets(patches: list[patchfile.Patch]) -> tuple[tuple[str, str]
             name = args[args.index("NAME") + 1] if "NAME" in args[:-1] else target
             found.append((name, target))
     return tuple(dict.fromkeys(found))
+
+
+def declared_tests(patches: list[tuple[str, patchfile.Patch]]) -> dict[str, str]:
+    """The patch (its name) that declares each test the patches add, by test name."""
+    return {test: name for name, patch in patches for test, _ in native_test_targets([patch])}
 
 
 def native_tests(patches: list[patchfile.Patch]) -> tuple[str, ...]:
@@ -204,6 +212,9 @@ def plan(ctx: Context, request: Request) -> Plan:
         patches=tuple(patch_refs),
         native_tests=tuple(name for name, _ in tests),
         native_targets=targets,
+        test_patches=declared_tests(
+            [(ref.name, patch) for ref, patch in zip(patch_refs, parsed, strict=True)]
+        ),
         tool_targets=tools,
         worker_files=worker,
         inputs=inputs,

@@ -150,7 +150,24 @@ def run(args: argparse.Namespace) -> int:
         print(report_text(result))
     log.info(f"results: {out_dir / 'bench.json'}" + (f", chart: {png}" if png else ""))
     crashed(fuzzed)
+    diverged(result)
     return EXIT_OK
+
+
+def diverged(result: BenchResult) -> None:
+    """BenchError (exit 1) when a split of a model decoded other tokens than the whole model (or did not
+    say): its speed is not that of the same computation. Raised after bench.json is written."""
+    problems = [
+        p
+        for label, m in result.all_models().items()
+        for p in split.token_problems(label, m.in_process, m.workers)
+    ]
+    if problems:
+        raise BenchError(
+            f"{len(problems)} split(s) decoded other tokens than the whole model: {problems[0]}",
+            detail="\n".join(problems),
+            hint="run `dgr verify --only boundary,kv`: a split that changes the tokens is a bug",
+        )
 
 
 @dataclasses.dataclass(frozen=True)

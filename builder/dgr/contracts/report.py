@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self, get_args
 
@@ -34,12 +34,15 @@ NATIVE: Evidence = "native test"
 SYNTHETIC: Evidence = "synthetic fixture"
 REAL_MODEL: Evidence = "real model"
 
-REPORT_FORMAT = 1
+REPORT_FORMAT = 2
+"""2: a check the device could not run (`device_failure`) is not a passed check (format 1 passed it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Check(convert.Record):
-    """One check of `dgr verify`: what it proves (group, evidence class), its figures, pass or fail."""
+    """One check of `dgr verify`: what it proves (group, evidence class), its figures, pass or fail, or a
+    device failure (`device_failure`: the GPU driver crashed or hung where upstream's own test fails too; the
+    check did not run, so it is not passed, and it is counted apart from the failed ones)."""
 
     group: Group
     name: str
@@ -47,10 +50,59 @@ class Check(convert.Record):
     passed: bool
     figures: Mapping[str, Any] = field(default_factory=dict)
     detail: str = ""
+    device_failure: bool = field(default=False, metadata=convert.OMIT_EMPTY)
+
+    def __post_init__(self) -> None:
+        if self.passed and self.device_failure:
+            raise ConfigError(f"{self.id}: a device failure is not a passed check")
 
     @property
     def id(self) -> str:
         return f"{self.group}/{self.name}"
+
+    @property
+    def failed(self) -> bool:
+        """Neither passed nor a device failure."""
+        return not self.passed and not self.device_failure
+
+    @property
+    def outcome(self) -> str:
+        return "PASS" if self.passed else "DEVICE FAILURE" if self.device_failure else "FAIL"
+
+
+@dataclass(frozen=True)
+class Counts:
+    """How many checks passed, were device failures, failed: a device failure is never a pass."""
+
+    passed: int
+    device_failures: int
+    failed: int
+
+    @classmethod
+    def of(cls, checks: Iterable[Check]) -> Counts:
+        found = list(checks)
+        return cls(
+            passed=sum(c.passed for c in found),
+            device_failures=sum(c.device_failure for c in found),
+            failed=sum(c.failed for c in found),
+        )
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.device_failures + self.failed
+
+    @property
+    def ok(self) -> bool:
+        """A run that is not a failure: at least one check, and none failed (zero checks verify nothing)."""
+        return self.total > 0 and self.failed == 0
+
+    def text(self) -> str:
+        """`160 passed, 1 device failure (driver), 0 failed`; `no checks: nothing was verified`."""
+        if not self.total:
+            return "no checks: nothing was verified"
+        n = self.device_failures
+        device = f"{n} device failure{'s' if n != 1 else ''} (driver), " if n else ""
+        return f"{self.passed} passed, {device}{self.failed} failed"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,8 +119,13 @@ class Report(convert.Record):
     harness: Harness | None = field(default=None, metadata=convert.OMIT_NONE)
 
     @property
+    def counts(self) -> Counts:
+        return Counts.of(self.checks)
+
+    @property
     def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
+        """At least one check, and none failed (a device failure is counted apart, see Check)."""
+        return self.counts.ok
 
     def group(self, group: Group) -> list[Check]:
         return [c for c in self.checks if c.group == group]
@@ -84,7 +141,9 @@ class Report(convert.Record):
                 f"it does not cover the group(s) {', '.join(missing)} "
                 f"(it ran {', '.join(self.groups) or 'none'})"
             )
-        failed = [c.id for c in self.checks if not c.passed]
+        if not self.checks:
+            found.append("it holds no check")
+        failed = [c.id for c in self.checks if c.failed]
         if failed:
             found.append(f"{len(failed)} check(s) failed: {', '.join(failed)}")
         return found

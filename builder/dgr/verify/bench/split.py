@@ -86,6 +86,21 @@ def in_process(
     return tuple(out)
 
 
+def token_problems(
+    label: str, in_process: tuple[SplitCost, ...], workers: tuple[SplitCost, ...]
+) -> list[str]:
+    """Why the splits of the model `label` are no measurement of the same computation: a split whose greedy
+    decode did not give the whole model's tokens, or that did not say (`same_tokens` is None)."""
+    problems = []
+    for where, rows in (("in one process", in_process), ("one worker per range", workers)):
+        for row in rows:
+            same = row.decode.same_tokens
+            if same is not True:
+                what = "generated other tokens than" if same is False else "did not compare its tokens with"
+                problems.append(f"{label}: the split into {row.shards} ({where}) {what} the whole model")
+    return problems
+
+
 def _timed(row: dict[str, Any], where: str, **extra: Any) -> Speed:
     """The Speed of layer-bench's seconds per round of the whole model and the split (`whole_s`, `split_s`,
     in round order: even rounds ran the whole model first)."""

@@ -106,26 +106,31 @@ def _row_problem(row: Row, exit_code: int, output: str) -> str:
 
 
 def checks(output: str, exit_code: int, table: Table | None = None) -> list[Check]:
-    """One check per row (certified, refused at load with the standard message, no model with a reason, or
-    a device failure with its evidence passes; a mismatch, another error or a crash fails), and one for the
+    """One check per row (certified, refused at load with the standard message, or no model with a reason
+    passes; a device failure with its evidence is a device failure, neither passed nor failed; a mismatch,
+    another error or a crash fails), and one for the
     whole table: every architecture of the arch list has a row, and the test exited with 0."""
     table = table or parse(output)
     out: list[Check] = []
     for row in table.rows:
         problem = _row_problem(row, exit_code, output)
+        # the driver failed where upstream's own test fails too: the row did not run, so it is not passed; it
+        # is a device failure, counted apart from the passed and the failed rows
+        device_failure = row.status == "device-failure" and not problem
         out.append(
             Check(
                 group=ARCHS,
                 name=row.name,
                 evidence=SYNTHETIC,
-                passed=not problem,
+                passed=not problem and not device_failure,
+                device_failure=device_failure,
                 figures=ArchRow(
                     status=row.status or "crashed",
                     n_layer=row.n_layer,
                     ranges=row.ranges,
                     reason=row.detail if row.status in ("refused", "no-model", "device-failure") else None,
                 ).to_json(),
-                detail=problem,
+                detail=problem or (row.detail if device_failure else ""),
             )
         )
     statuses: tuple[Status, ...] = ("certified", "refused", "no-model", "failed", "device-failure")

@@ -70,6 +70,38 @@ def check_prefill_splits(env: Env, model: Path, evidence: Evidence, label: str) 
     return checks
 
 
+def baseline_verdict(
+    patched: np.ndarray, upstream: np.ndarray, states: list[bytes], defaults: list[bool]
+) -> tuple[list[str], dict[str, Any]]:
+    """The problems and figures of the patched build's logits and saved state against upstream's (see
+    check_baseline): the logits equal bit for bit, both loaded with the default parameters, and the states
+    equal and not empty (two empty states are equal and prove nothing: a session after a prefill holds
+    its KV cache)."""
+    exact = patched.shape == upstream.shape and bool(np.array_equal(patched, upstream))
+    same_state = states[0] == states[1]
+    figures = {
+        "tokens": int(patched.shape[0]),
+        "default_params": defaults,
+        "bit_identical": exact,
+        "max_abs_diff": float(np.abs(patched - upstream).max()) if patched.shape == upstream.shape else None,
+        "state_bytes": [len(s) for s in states],
+        "state_identical": same_state,
+    }
+    problems = [] if exact else ["the logits of the patched build without a range differ from upstream"]
+    if not all(defaults):
+        problems.append("a worker did not load with llama_model_default_params() as they are")
+    empty = [who for who, state in zip(("patched", "upstream"), states, strict=True) if not state]
+    if empty:
+        problems.append(
+            f"the saved state of the {' and the '.join(empty)} build is empty: nothing to compare"
+        )
+    elif not same_state:
+        problems.append(
+            f"the saved state differs from upstream's ({len(states[0])} vs {len(states[1])} bytes)"
+        )
+    return problems, figures
+
+
 def check_baseline(env: Env, m: RealModel) -> Check:
     """The patched build with no range gives the logits and the saved state of the upstream build, bit for
     bit."""
@@ -95,25 +127,9 @@ def check_baseline(env: Env, m: RealModel) -> Check:
             results.append(pipe.step("baseline", 1, len(tokens), [tokens[-1]], logits="all").logits)
             # the saved state of the session (its KV cache): the patch keeps a whole model's state format
             states.append(pipe.workers[0].request("state_save", session="baseline", epoch=1).body)
-    patched = np.concatenate(results[:2])
-    upstream = np.concatenate(results[2:])
-    exact = patched.shape == upstream.shape and bool(np.array_equal(patched, upstream))
-    same_state = states[0] == states[1]
-    figures = {
-        "tokens": int(patched.shape[0]),
-        "default_params": defaults,
-        "bit_identical": exact,
-        "max_abs_diff": float(np.abs(patched - upstream).max()) if patched.shape == upstream.shape else None,
-        "state_bytes": [len(s) for s in states],
-        "state_identical": same_state,
-    }
-    problems = [] if exact else ["the logits of the patched build without a range differ from upstream"]
-    if not all(defaults):
-        problems.append("a worker did not load with llama_model_default_params() as they are")
-    if not same_state:
-        problems.append(
-            f"the saved state differs from upstream's ({len(states[0])} vs {len(states[1])} bytes)"
-        )
+    problems, figures = baseline_verdict(
+        np.concatenate(results[:2]), np.concatenate(results[2:]), states, defaults
+    )
     return verdict("boundary", name, REAL_MODEL, problems, figures, sep="; ")
 
 

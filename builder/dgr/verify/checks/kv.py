@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from dgr.contracts.report import REAL_MODEL, Check
+from dgr.contracts.report import REAL_MODEL, Check, Evidence
 from dgr.errors import ShardFailedError, WorkerRequestError
 from dgr.verify.checks.report import guarded, matching_prefix, verdict
 from dgr.verify.checks.session import conformance
-from dgr.verify.models import inventory, prompts, synth
+from dgr.verify.models import inventory, kvsize, prompts, synth
 from dgr.verify.models.env import Env, RealModel
 from dgr.verify.wire.client import ContextParams, Worker
 from dgr.verify.wire.pipeline import Pipeline
@@ -68,66 +68,86 @@ KV_CONTEXT = ContextParams(n_ctx=4096, max_sessions=1)
 has two caches, one for those layers and one for its full-attention layers; the worker keeps llama.cpp's
 default `swa_full = true`, so both hold n_ctx cells per layer. With `swa_full = false` the sliding-window
 cache would hold n_swa + n_ubatch = 1024 of the 4096 cells, and a range's share would not be its fraction of
-the layer count: the share is therefore measured per layer."""
+the layer count: the share is therefore computed per layer (dgr.verify.models.kvsize)."""
+KV_SIZES = kvsize.KvContext(
+    n_ctx=KV_CONTEXT.n_ctx,
+    type_k=KV_CONTEXT.type_k,
+    type_v="f16",
+    swa_full=True,
+    n_ubatch=KV_CONTEXT.n_ubatch,
+)
+"""KV_CONTEXT as the reference computes the cache from it: the worker's V cache is f16 and its `swa_full`
+llama_context_default_params()'s (true)."""
 
 
 def kv_verdict(
-    measured: dict[tuple[int, int], int], n_layer: int, splits: list[list[tuple[int, int]]]
+    measured: dict[tuple[int, int], int], expected: list[int], splits: list[list[tuple[int, int]]]
 ) -> tuple[list[str], dict[str, Any]]:
-    """The problems and figures of KV bytes `measured` per range: every single layer, the whole model and
-    the ranges of `splits` (see check_kv_bytes)."""
-    layers = [measured[(i, i + 1)] for i in range(n_layer)]
+    """The problems and figures of KV bytes `measured` per range against `expected`, the bytes of every layer
+    computed from the GGUF file (dgr.verify.models.kvsize): every single layer, the whole model and the
+    ranges of `splits` hold exactly the bytes of their own layers (see check_kv_bytes)."""
+    n_layer = len(expected)
     total = measured[(0, n_layer)]
     problems = []
     rows: list[dict[str, Any]] = []
-    for begin, end in [(0, n_layer), *(r for split in splits for r in split)]:
-        got, want = measured[(begin, end)], sum(layers[begin:end])
+    ranges = [(0, n_layer), *((i, i + 1) for i in range(n_layer)), *(r for split in splits for r in split)]
+    for begin, end in dict.fromkeys(ranges):
+        got, want = measured[(begin, end)], sum(expected[begin:end])
         naive_share = total * (end - begin) / n_layer
-        dev = abs(got - want) / want
         rows.append(
             {
                 "layers": [begin, end],
                 "kv_bytes": got,
                 "expected": want,
-                "deviation": dev,
-                "naive": abs(got - naive_share) / naive_share,
+                "deviation": abs(got - want) / want if want else float("inf"),
+                "naive": abs(got - naive_share) / naive_share if naive_share else float("inf"),
             }
         )
-        if dev > KV_TOLERANCE:
-            problems.append(f"[{begin}, {end}): {got} bytes, its layers hold {want}")
+        if got != want:
+            problems.append(
+                f"[{begin}, {end}): {got} bytes of KV cache, its layers hold {want} (from the file)"
+            )
     figures = {
         "whole_kv_bytes": total,
-        "layer_kv_bytes": layers,
-        "distinct_layer_sizes": sorted(set(layers)),
-        "ranges": rows,
+        "expected_whole_kv_bytes": sum(expected),
+        "layer_kv_bytes": [measured[(i, i + 1)] for i in range(n_layer)],
+        "expected_layer_kv_bytes": expected,
+        "distinct_layer_sizes": sorted(set(expected)),
+        "ranges": len(rows),
         "max_deviation": max(r["deviation"] for r in rows),
         "naive_max_deviation": max(r["naive"] for r in rows),
     }
     return problems, figures
 
 
-def check_kv_bytes(env: Env, m: RealModel) -> Check:
+def check_kv_bytes(env: Env, inv: inventory.Inventory, label: str, evidence: Evidence) -> Check:
     """Each range's KV cache holds its own layers and nothing else, counted over every cache of the model
-    (sliding-window and full attention): each layer alone gives its bytes; the layers add up to the whole
-    model's, and the ranges of every split (inventory.shard_counts) to their layers', within KV_TOLERANCE.
+    (sliding-window and full attention): the whole model, each layer alone and the ranges of every split
+    (inventory.shard_counts) hold exactly the K and V bytes of their layers as the GGUF file's
+    hyperparameters give them (n_head_kv, key and value lengths, the sliding-window layers; see KV_SIZES).
 
     The share of a range is the sum of its layers', not its fraction of the layer count, which holds only
     while every layer holds as many cells (see KV_CONTEXT; `naive_max_deviation` says how far a share by
     layer count is)."""
-    n = m.n_layer
-    splits = {k: m.split(k) for k in inventory.shard_counts(n) if k < n}
+    n = inv.n_layer
+    expected = kvsize.layer_bytes(inv, KV_SIZES)
+    splits = {k: inventory.split(n, k) for k in inventory.shard_counts(n) if k < n}
     ranges = list(
         dict.fromkeys([(0, n), *((i, i + 1) for i in range(n)), *(r for s in splits.values() for r in s)])
     )
     measured: dict[tuple[int, int], int] = {}
-    with Worker(env.worker, f"kv-bytes/{m.name}") as w:
+    with Worker(env.worker, f"kv-bytes/{label}") as w:
         for begin, end in ranges:
-            w.load(m.path, (begin, end), context=replace(KV_CONTEXT, threads=env.threads))
+            w.load(inv.path, (begin, end), context=replace(KV_CONTEXT, threads=env.threads))
             measured[(begin, end)] = int(w.request("memory").header["kv_bytes"])
-    problems, figures = kv_verdict(measured, n, list(splits.values()))
+    problems, figures = kv_verdict(measured, expected, list(splits.values()))
     return verdict(
-        "kv", f"kv-bytes-per-shard/{m.name}", REAL_MODEL, problems, {"n_ctx": KV_CONTEXT.n_ctx, **figures}
+        "kv", f"kv-bytes-per-shard/{label}", evidence, problems, {"n_ctx": KV_CONTEXT.n_ctx, **figures}
     )
+
+
+def check_model_kv_bytes(env: Env, m: RealModel) -> Check:
+    return check_kv_bytes(env, m.inv, m.name, REAL_MODEL)
 
 
 def _continue(pipe: Pipeline, session: str, pos: int, token: int, n: int) -> tuple[list[int], np.ndarray]:
@@ -350,7 +370,7 @@ def check_worker_failure(env: Env, m: RealModel) -> Check:
 
 CHECKS = (
     ("interleaved-4-sessions", check_interleaved_sessions),
-    ("kv-bytes-per-shard", check_kv_bytes),
+    ("kv-bytes-per-shard", check_model_kv_bytes),
     ("truncate-then-continue", check_truncate),
     ("release-evict-miss-epoch", check_release_evict_miss),
     ("state-recipes", check_recipes),
@@ -360,8 +380,14 @@ DEFAULT_MODEL_CHECKS = (("worker-failure", check_worker_failure),)
 
 
 def run_fixtures(env: Env) -> list[Check]:
-    """None: the KV checks run on the real models."""
-    return []
+    """The KV bytes per range of the synthetic models (the other KV checks need a tokenizer: real models)."""
+    checks: list[Check] = []
+    for model, evidence, label in env.synthetic_models():
+        inv = inventory.read(model)
+        checks += guarded(
+            "kv", f"kv-bytes-per-shard/{label}", evidence, partial(check_kv_bytes, env, inv, label, evidence)
+        )
+    return checks
 
 
 def run_model(env: Env, m: RealModel) -> list[Check]:

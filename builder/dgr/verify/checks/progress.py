@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dgr.contracts.report import Check, Group, Report
+from dgr.contracts.report import Check, Counts, Group, Report
 from dgr.core.paths import Cache
 from dgr.errors import ConfigError
 
@@ -68,15 +68,21 @@ class Progress:
         """Record that `part` finished with `checks` after `seconds`; the line that says so."""
         self.done.add(part)
         self.checks += len(checks)
-        failed = [c for c in checks if not c.passed]
+        failed = [c for c in checks if c.failed]
+        counts = Counts.of(checks)
         expected = self.expected
         count = f"[{self.checks}/{expected}]" if expected else f"[{self.checks}]"
-        what = f"{len(checks)} check{'s' if len(checks) != 1 else ''}"
-        if failed:
-            what = f"{len(failed)} of {what} failed: {', '.join(c.name for c in failed[:3])}" + (
-                f" and {len(failed) - 3} more" if len(failed) > 3 else ""
-            )
-        text = f"{count} {'FAIL' if failed else 'PASS'} {part} ({what}, {seconds:.1f} s)"
+        names = ", ".join(c.name for c in failed[:3]) + (
+            f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+        )
+        if not checks or counts.device_failures:
+            what = counts.text() + (f": {names}" if failed else "")
+        elif failed:
+            what = f"{len(failed)} of {len(checks)} checks failed: {names}"
+        else:
+            what = f"{len(checks)} check{'s' if len(checks) != 1 else ''}"
+        word = "FAIL" if not counts.ok else "DEVICE FAILURE" if counts.device_failures else "PASS"
+        text = f"{count} {word} {part} ({what}, {seconds:.1f} s)"
         left = self.remaining_s()
         if left is not None and left > 0:
             text += f", about {duration(left)} left"

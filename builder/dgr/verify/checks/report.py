@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dgr.contracts.report import Check, Evidence, Group
+from dgr.contracts.report import Check, Counts, Evidence, Group
 
 
 def guarded(
@@ -31,6 +31,23 @@ def guarded(
             )
         ]
     return result if isinstance(result, list) else [result]
+
+
+def nonempty(group: Group, name: str, evidence: Evidence, checks: list[Check]) -> list[Check]:
+    """The checks of the part or group `group/name`, or, when it ran none, one failed check that says so: a
+    part that checks nothing is not a pass."""
+    if checks:
+        return checks
+    return [
+        Check(
+            group=group,
+            name=name,
+            evidence=evidence,
+            passed=False,
+            figures={"checks": 0},
+            detail=f"{group}/{name} ran no check: nothing was verified, which is not a pass",
+        )
+    ]
 
 
 def verdict(
@@ -80,28 +97,27 @@ def _figures_text(figures: Mapping[str, Any], limit: int = 110) -> str:
 def table(checks: list[Check]) -> str:
     rows = [("", "check", "evidence", "figures")]
     for c in checks:
-        rows.append(
-            ("PASS" if c.passed else "FAIL", f"{c.group}/{c.name}", c.evidence, _figures_text(c.figures))
-        )
+        rows.append((c.outcome, f"{c.group}/{c.name}", c.evidence, _figures_text(c.figures)))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = []
     for r in rows:
         lines.append(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}".rstrip())
     for c in checks:
         if not c.passed and c.detail:
-            lines.append(f"\nFAIL {c.group}/{c.name}:\n  " + c.detail.replace("\n", "\n  "))
-    n_pass = sum(c.passed for c in checks)
-    lines.append(f"\n{n_pass}/{len(checks)} checks passed")
+            lines.append(f"\n{c.outcome} {c.group}/{c.name}:\n  " + c.detail.replace("\n", "\n  "))
+    lines.append(f"\n{Counts.of(checks).text()}")
     return "\n".join(lines)
 
 
 def junit_xml(checks: list[Check]) -> bytes:
     """The checks as a JUnit XML test suite (one test case per check, its figures as properties)."""
+    counts = Counts.of(checks)
     suite = ET.Element(
         "testsuite",
         name="dgr-verify",
         tests=str(len(checks)),
-        failures=str(sum(not c.passed for c in checks)),
+        failures=str(counts.failed),
+        errors=str(counts.device_failures),
     )
     for c in checks:
         case = ET.SubElement(suite, "testcase", classname=f"{c.group}", name=c.name)
@@ -111,7 +127,11 @@ def junit_xml(checks: list[Check]) -> bytes:
                 ET.Element("property", name="figures", value=json.dumps(c.figures, default=str)),
             ]
         )
-        if not c.passed:
+        if c.device_failure:
+            # not a pass and not a failure of the check: the device's driver failed (a JUnit error)
+            message = (c.detail or "device failure").splitlines()[0]
+            ET.SubElement(case, "error", type="device-failure", message=message).text = c.detail
+        elif not c.passed:
             ET.SubElement(case, "failure", message=(c.detail or "failed").splitlines()[0]).text = c.detail
     data: bytes = ET.tostring(suite, encoding="utf-8", xml_declaration=True)  # typeshed: Any for an encoding
     return data

@@ -4,8 +4,10 @@ independently of llama.cpp, and the tensors a layer range must hold according to
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dgr.errors import ConfigError
 from dgr.verify.models import gguffile
@@ -27,6 +29,10 @@ class Inventory:
     n_layer: int
     n_embd: int
     tensors: dict[str, int]  # name -> bytes
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """The file's scalar and string metadata by key (arrays: None; see gguffile.Header)."""
+    spans: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """name -> the byte range [start, end) of the tensor's data in the file."""
 
     @property
     def tied(self) -> bool:
@@ -87,6 +93,11 @@ def of_header(path: Path, header: gguffile.Header) -> Inventory:
         n_layer=number(f"{arch}.block_count"),
         n_embd=number(f"{arch}.embedding_length"),
         tensors={t.name: t.n_bytes for t in header.tensors},
+        metadata=header.metadata,
+        spans={
+            t.name: (header.data_offset + t.offset, header.data_offset + t.offset + t.n_bytes)
+            for t in header.tensors
+        },
     )
 
 

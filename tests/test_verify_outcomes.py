@@ -1,0 +1,101 @@
+"""What counts as a pass of `dgr verify`: a part, a group or a report with no check is not one, and a device
+failure (the driver, not the check) is a count of its own, never part of the passed checks."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from dgr.contracts.report import Check, Counts, Report
+from dgr.errors import ConfigError
+from dgr.verify.checks import session
+from dgr.verify.checks.progress import Progress
+from dgr.verify.checks.report import junit_xml, nonempty, table
+from dgr.verify.models.env import Env, RealModel
+from dgr.verify.models.inventory import Inventory
+
+
+def check(name: str, passed: bool = True, device_failure: bool = False) -> Check:
+    return Check(
+        group="archs",
+        name=name,
+        evidence="synthetic fixture",
+        passed=passed,
+        device_failure=device_failure,
+        detail="" if passed else "lavapipe crashed here, and in upstream's own test too",
+    )
+
+
+MIXED = [check("llama/dense"), check("qwen3next/moe", passed=False, device_failure=True), check("gemma3")]
+
+
+def report(checks: list[Check]) -> Report:
+    return Report(inputs_digest="d" * 64, baseline_digest=None, groups=("archs",), checks=tuple(checks))
+
+
+def test_a_device_failure_is_counted_apart_from_passed_and_failed() -> None:
+    counts = Counts.of(MIXED)
+    assert counts == Counts(passed=2, device_failures=1, failed=0)
+    assert counts.text() == "2 passed, 1 device failure (driver), 0 failed"
+    assert table(MIXED).splitlines()[-1] == "2 passed, 1 device failure (driver), 0 failed"
+    assert "DEVICE FAILURE  archs/qwen3next/moe" in table(MIXED)
+    # the run is not failed by the driver, but nothing counts it as passed
+    assert report(MIXED).passed
+    assert not MIXED[1].passed
+
+
+def test_a_device_failure_cannot_be_a_pass() -> None:
+    with pytest.raises(ConfigError, match="not a passed check"):
+        check("x", passed=True, device_failure=True)
+
+
+def test_a_device_failure_is_a_junit_error_not_a_success() -> None:
+    suite = ET.fromstring(junit_xml(MIXED))
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("3", "0", "1")
+    case = next(c for c in suite.iter("testcase") if c.get("name") == "qwen3next/moe")
+    error = case.find("error")
+    assert error is not None and error.get("type") == "device-failure"
+
+
+def test_the_report_keeps_a_device_failure_and_refuses_format_1() -> None:
+    data = report(MIXED).to_json()
+    back = Report.from_json(data)
+    assert [c.device_failure for c in back.checks] == [False, True, False]
+    assert back.counts == Counts(passed=2, device_failures=1, failed=0)
+    with pytest.raises(ConfigError, match="format 1"):
+        Report.from_json(data | {"format": 1})
+
+
+def test_no_check_is_not_a_pass() -> None:
+    empty = report([])
+    assert not empty.passed
+    assert "it holds no check" in empty.problems("d" * 64, ("archs",))
+    assert table([]).splitlines()[-1] == "no checks: nothing was verified"
+    assert Progress(("kv",)).line("kv/fixtures", [], 0.0) == (
+        "[0] FAIL kv/fixtures (no checks: nothing was verified, 0.0 s)"
+    )
+    [made] = nonempty("kv", "fixtures", "synthetic fixture", [])
+    assert made.failed and "ran no check" in made.detail
+
+
+def test_progress_counts_device_failures_apart() -> None:
+    assert Progress(("archs",)).line("archs", MIXED, 1.0) == (
+        "[3] DEVICE FAILURE archs (2 passed, 1 device failure (driver), 0 failed, 1.0 s)"
+    )
+    failed = [*MIXED, check("bitnet", passed=False)]
+    assert Progress(("archs",)).line("archs", failed, 1.0) == (
+        "[4] FAIL archs (2 passed, 1 device failure (driver), 1 failed: bitnet, 1.0 s)"
+    )
+
+
+def test_a_conformance_part_with_no_check_fails(tmp_path: Path) -> None:
+    worker = tmp_path / "layer-worker"
+    worker.write_text("")
+    inv = Inventory(tmp_path / "m.gguf", "llama", 2, 8, {"blk.0.attn_q.weight": 64})
+    env = Env(worker=worker, models=(RealModel("m", inv.path, inv),), fixtures=tmp_path)
+    spec = session.conformance("kv", lambda env: [], lambda env, m: [])
+    ran = spec.verify(
+        session.Session(env, tmp_path / "ctest", None, None, lambda k: None)  # type: ignore[arg-type]
+    )
+    assert [(c.id, c.passed) for c in ran] == [("kv/fixtures", False), ("kv/m", False)]
