@@ -9,7 +9,8 @@ import pkgutil
 import pytest
 from dgr.contracts.report import ALL_GROUPS, GPU_GROUPS, GROUPS, Group
 from dgr.verify import checks
-from dgr.verify.checks.session import GroupSpec, load
+from dgr.verify.checks.registry import load
+from dgr.verify.checks.session import GroupSpec
 
 
 @pytest.mark.parametrize("group", ALL_GROUPS)

@@ -23,8 +23,9 @@ from dgr.core.paths import Context
 from dgr.errors import EXIT_OK, DgrError, UsageError, VerifyError
 from dgr.sources import model
 from dgr.verify.checks import progress
+from dgr.verify.checks.registry import load
 from dgr.verify.checks.report import junit_xml, nonempty, table
-from dgr.verify.checks.session import Session, load
+from dgr.verify.checks.session import Session
 from dgr.verify.models.env import Env, RealModel
 
 DEVICES: dict[str, str] = {"vulkan": "Vulkan0"}

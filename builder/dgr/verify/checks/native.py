@@ -5,26 +5,19 @@ from __future__ import annotations
 import re
 import tempfile
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from dgr.contracts.report import NATIVE, Check
 from dgr.core import proc
 from dgr.errors import DgrError
 from dgr.verify.checks.session import GroupSpec, Session
+from dgr.verify.checks.testrun import TestRun
 
 # CTest keeps only the first 1 KiB of a passing test's output unless told otherwise; the tables of the tests
 # are read from it (the archs group)
 _OUTPUT_LIMIT = "10000000"
 # JUnit cannot hold the escape of a terminal colour: CTest writes it as this text
 _NON_XML_ESC = re.compile(r"\[NON-XML-CHAR-0x1B\]")
-
-
-@dataclass(frozen=True)
-class TestRun:
-    checks: list[Check]
-    outputs: dict[str, str] = field(default_factory=dict)
-    """The output of every test, by name."""
 
 
 def _failed(name: str, figures: dict[str, object], detail: str) -> TestRun:

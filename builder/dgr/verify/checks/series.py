@@ -7,9 +7,9 @@ from functools import partial
 
 from dgr.contracts.report import NATIVE, Check
 from dgr.verify.checks import native
-from dgr.verify.checks.native import TestRun
 from dgr.verify.checks.report import guarded
 from dgr.verify.checks.session import Built, GroupSpec, Session
+from dgr.verify.checks.testrun import TestRun
 
 
 def prefix_check(

@@ -6,7 +6,6 @@ defines `GROUP`, a `GroupSpec`. A group is therefore one module plus one line of
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from dgr.verify.checks.report import nonempty
 from dgr.verify.models.env import Env, RealModel
 
 if TYPE_CHECKING:
-    from dgr.verify.checks.native import TestRun
+    from dgr.verify.checks.testrun import TestRun
 
 
 class Built(Protocol):
@@ -70,14 +69,6 @@ class GroupSpec:
 
     verify: Callable[[Session], list[Check]]
     needs_baseline: bool = False
-
-
-def load(group: Group) -> GroupSpec:
-    """The `GROUP` of the module `dgr.verify.checks.<group>`."""
-    spec = getattr(importlib.import_module(f"dgr.verify.checks.{group}"), "GROUP", None)
-    if not isinstance(spec, GroupSpec):
-        raise TypeError(f"dgr.verify.checks.{group} defines no GROUP (a GroupSpec)")
-    return spec
 
 
 FIXTURES = "fixtures"
