@@ -21,16 +21,20 @@ def guarded(
     except Exception as exc:  # every failure of a check is reported, none is fatal
         where = traceback.extract_tb(exc.__traceback__)[-1]
         return [
-            Check(
-                group=group,
-                name=name,
-                evidence=evidence,
-                passed=False,
-                figures={},
-                detail=f"{type(exc).__name__}: {exc}\n  at {where.filename}:{where.lineno}",
+            failed(
+                group, name, evidence, f"{type(exc).__name__}: {exc}\n  at {where.filename}:{where.lineno}"
             )
         ]
     return result if isinstance(result, list) else [result]
+
+
+def failed(
+    group: Group, name: str, evidence: Evidence, detail: str, figures: dict[str, object] | None = None
+) -> Check:
+    """A failed check of `group/name` that says why in `detail`."""
+    return Check(
+        group=group, name=name, evidence=evidence, passed=False, figures=figures or {}, detail=detail
+    )
 
 
 def nonempty(group: Group, name: str, evidence: Evidence, checks: list[Check]) -> list[Check]:
@@ -38,16 +42,8 @@ def nonempty(group: Group, name: str, evidence: Evidence, checks: list[Check]) -
     part that checks nothing is not a pass."""
     if checks:
         return checks
-    return [
-        Check(
-            group=group,
-            name=name,
-            evidence=evidence,
-            passed=False,
-            figures={"checks": 0},
-            detail=f"{group}/{name} ran no check: nothing was verified, which is not a pass",
-        )
-    ]
+    detail = f"{group}/{name} ran no check: nothing was verified, which is not a pass"
+    return [failed(group, name, evidence, detail, {"checks": 0})]
 
 
 def verdict(
