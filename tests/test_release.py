@@ -319,3 +319,10 @@ def test_a_pin_moved_to_a_release_keeps_the_old_pin_as_its_base(
     _, sources = upstream.select(again, None)
     base = sources[1].base
     assert base is not None and base[0] == lock.pin  # the release is made on the old pin, a target now
+    # on an empty cache every command obtains the moved pin: the release is made again on its base
+    (repo / "locks" / "upstream.toml").write_bytes(locks.dumps(moved.to_toml()))
+    monkeypatch.setenv("DGR_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("DGR_UPSTREAM_MIRROR", str(fake_upstream.path))
+    got = upstream.obtain_pin(Cache(tmp_path / "empty-cache"), locks.load_upstream(repo / "locks"))
+    assert git(got.repo, "rev-parse", f"{again.pin.commit}^{{tree}}") == again.pin.tree
+    assert "release b99" in got.source

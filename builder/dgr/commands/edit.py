@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
     lock = locks.load_upstream(ctx.repo.locks_dir)
     patches = apply.verified_series(ctx.repo)
-    pin = upstream.obtain(ctx.cache, lock.pin, lock.sources, args.mirror)
+    pin = upstream.obtain_pin(ctx.cache, lock, args.mirror)
     identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
     stopped: str | None = None
     if args.onto:

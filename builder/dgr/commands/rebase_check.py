@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
     lock = locks.load_upstream(ctx.repo.locks_dir)
     patches = apply.verified_series(ctx.repo)
-    pin = upstream.obtain(ctx.cache, lock.pin, lock.sources, args.mirror)
+    pin = upstream.obtain_pin(ctx.cache, lock, args.mirror)
     identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
     with ctx.cache.tmpdir("rebase-check") as tmp:
         onto = rebase.resolve(ctx.cache, lock, args.onto, args.mirror, tmp)
@@ -65,7 +65,7 @@ def run_proof(args: argparse.Namespace) -> int:
             + (", ".join(ported) or "(none)")
             + '; a port is series/ports/<port> and `port = "<port>"` in its target\'s table',
         )
-    pin = upstream.obtain(ctx.cache, lock.pin, lock.sources, args.mirror)
+    pin = upstream.obtain_pin(ctx.cache, lock, args.mirror)
     identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
     with ctx.cache.tmpdir("rebase-proof") as tmp:
         onto = rebase.resolve(ctx.cache, lock, args.onto, args.mirror, tmp)
@@ -84,7 +84,7 @@ def run_matrix(args: argparse.Namespace) -> int:
     ctx = Context.discover()
     lock = locks.load_upstream(ctx.repo.locks_dir)
     identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
-    pin_repo = upstream.obtain(ctx.cache, lock.pin, lock.sources, args.mirror)
+    pin_repo = upstream.obtain_pin(ctx.cache, lock, args.mirror)
     pin_onto = rebase.Onto(
         lock.pin.commit[:12], pin_repo.repo, lock.pin.commit, lock.pin.tree, pin_repo.source, True
     )

@@ -59,7 +59,8 @@ def find(root: Path, pin: Pin) -> Previous | str:
             continue
         names = order.parse(_show(root, revision, "series/series"), Path("series/series")).names
         patches = {name: _show(root, revision, f"patches/{name}") for name in names}
-        return Previous(revision, lock.pin, lock.sources, patches)
+        pinned, sources = upstream.select(lock, None)
+        return Previous(revision, pinned, sources, patches)
     return f"the history of {LOCK} ({len(revisions)} commit(s)) holds no other pin than {pin.short}"
 
 

@@ -129,7 +129,7 @@ def _check_on(
     repo: Repo | None = None,
 ) -> rebase.RebaseReport:
     """`rebase.check` of `patches` on the target, in a scratch repository under `work` (created)."""
-    pin_repo = upstream.obtain(ctx.cache, lock.pin, lock.sources).repo
+    pin_repo = upstream.obtain_pin(ctx.cache, lock).repo
     identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
     work.mkdir()
     scratch = rebase.scratch_repo(work, [pin_repo, target.onto.repo])
@@ -164,7 +164,7 @@ def _promoted(ctx: Context, lock: UpstreamLock, target: Target, tmp: Path) -> tu
 def _rebased(ctx: Context, lock: UpstreamLock, target: Target, tmp: Path) -> tuple[bytes, dict[str, bytes]]:
     """The series rebased onto the target with `git am --3way`, exported as `dgr export-patches` would."""
     refs = apply.verified_series(ctx.repo)
-    pin_repo = upstream.obtain(ctx.cache, lock.pin, lock.sources).repo
+    pin_repo = upstream.obtain_pin(ctx.cache, lock).repo
     identity = gitops.Identity.from_locks(locks.load_toolchain(ctx.repo.locks_dir), lock.pin)
     edit_dir = tmp / "rebase"
     base = editing.EditBase(target.onto.repo, target.pin.commit, pin_repo)

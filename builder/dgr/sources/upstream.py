@@ -106,6 +106,13 @@ def _base(lock: UpstreamLock, release: Release, name: str) -> Upstreams:
     )
 
 
+def obtain_pin(cache: Cache, lock: UpstreamLock, mirror: Path | None = None) -> Upstream:
+    """The verified repository of the lock's pin: its sources as `select` gives them (a release's with its
+    base resolved), so that a pin made from a release sdist is obtained on an empty cache too."""
+    pin, sources = select(lock, None)
+    return obtain(cache, pin, sources, mirror)
+
+
 def obtain(cache: Cache, pin: Pin, sources: tuple[Source, ...], mirror: Path | None = None) -> Upstream:
     """The verified upstream repository for `pin`, from the cache or the first source that has it."""
     target = cache.upstream_repo(pin.commit)
@@ -219,7 +226,11 @@ def _fetch_release(
     """The release's commit made in `stage` on its base (dgr.sources.release), from the mirror's tag or the
     sdist; a tree that is not the locked one is refused (exit 4) naming the tag and the files."""
     rel, sdist = source.release, source.sdist
-    assert rel is not None and sdist is not None and source.base is not None  # select() gives all three
+    if rel is None or sdist is None or source.base is None:
+        raise ConfigError(
+            f"the release source of {pin.short} has no resolved base",
+            hint="obtain a pin through upstream.select() or obtain_pin(), which resolve a release's base",
+        )
     where = mirror_path(mirror)
     if source.kind == "mirror" and (where is None or not where.exists()):
         raise _UnavailableSourceError("not configured" if where is None else f"{where} does not exist")
