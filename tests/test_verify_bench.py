@@ -1,5 +1,5 @@
-"""The bench result contract, its summary and the text report of `dgr bench`, from fixed results (no
-measurement here)."""
+"""The bench result contract, its summary and the text report of `dgr bench` (dgr.verify.bench.report),
+from fixed results (no measurement here)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from dgr.builds import buildtime
-from dgr.commands import bench as bench_command
 from dgr.contracts.bench import BENCH_FORMAT, BenchResult
 from dgr.errors import BenchError, ConfigError
+from dgr.verify.bench import report, split
 
 from tests.helpers import ROOT
 
@@ -103,7 +103,7 @@ def test_summary_takes_the_worst_ratio_and_checks_every_target() -> None:
 
 
 def test_report_lists_every_measurement() -> None:
-    text = bench_command.report_text(BenchResult.from_json(RESULT))
+    text = report.report_text(BenchResult.from_json(RESULT))
     assert (
         "| 5 | 64: 0.990 (0.980-1.010, best 0.995), 512: 0.980 (0.970-1.000, best 0.985) | "
         "0.975 (0.965-0.995, best 0.980) | 64: 0.900 (0.890-0.920, best 0.905) | "
@@ -143,7 +143,7 @@ def test_the_committed_figures_are_the_ones_of_the_committed_bench_json() -> Non
     """docs/bench/figures.md, which README.md points to for every bench figure, is what `dgr bench` wrote
     beside docs/bench/bench.json: the report of that result, unchanged."""
     figures = (ROOT / "docs" / "bench" / "figures.md").read_text()
-    assert figures == bench_command.figures_md(BenchResult.from_json(COMMITTED))
+    assert figures == report.figures_md(BenchResult.from_json(COMMITTED))
 
 
 @pytest.mark.parametrize(
@@ -199,7 +199,7 @@ def test_the_other_models_are_nested_by_name_and_read_back() -> None:
 
 
 def test_report_has_the_tables_of_every_model() -> None:
-    text = bench_command.report_text(BenchResult.from_json(with_models(gemma3=GEMMA)))
+    text = report.report_text(BenchResult.from_json(with_models(gemma3=GEMMA)))
     assert "## gemma3: g.gguf, 18 layers" in text
     assert "## smollm2: m.gguf, 30 layers" in text
     assert text.count("split cost: split tokens/s / whole tokens/s, the median of the paired rounds") == 2
@@ -222,7 +222,7 @@ def test_a_target_is_met_only_when_every_model_meets_it() -> None:
     s = result.summary()
     assert s.worst["in_process_decode"] == {"smollm2": 0.975, "gemma3": 0.924}
     assert s.met["in_process_decode"] is False and s.met["in_process_prefill"] is True
-    text = bench_command.report_text(result)
+    text = report.report_text(result)
     assert "- in_process_decode >= 0.97: MISSED (smollm2 0.975, gemma3 0.924)" in text
     assert "- in_process_prefill >= 0.97: met (smollm2 0.980, gemma3 0.980)" in text
     assert result.to_json()["summary"]["met"]["in_process_decode"] is False
@@ -255,7 +255,7 @@ def test_the_edit_benchmark_edits_a_line_the_series_adds() -> None:
 
 
 def test_a_split_that_decodes_other_tokens_fails_the_bench() -> None:
-    diverged = bench_command.diverged
+    diverged = split.diverged
     diverged(BenchResult.from_json(RESULT))  # every split gave the whole model's tokens
     broken = json.loads(json.dumps(RESULT))
     broken["workers"][1]["decode"]["same_tokens"] = False

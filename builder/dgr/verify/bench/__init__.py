@@ -8,7 +8,8 @@
 - codec: bundle encode + decode GB/s vs memcpy of the same bytes (C++ worker codec and Python codec);
 - build (dgr/buildtime.py, it drives `dgr build`): cold `dgr build`, no-op and a rebuild after editing one
   patch, each beside a plain cmake + ninja build of the same targets (skipped by --quick);
-- fuzz (--fuzz): the worker's decoders under libFuzzer for at least 1,000,000 executions.
+- fuzz (--fuzz): the worker's decoders under libFuzzer for at least 1,000,000 executions;
+- report: what is written and printed of a result (bench.json, the text report, figures.md).
 
 Every ratio is taken from paired rounds in the same run, in alternating order (round i: whole then split
 for even i, split then whole for odd i; dgr.verify.bench.paired): the median of the per-round ratios, their

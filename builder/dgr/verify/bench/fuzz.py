@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -107,3 +109,14 @@ def run(
         "findings": ", ".join(str(p) for p in sorted(set(findings.iterdir()) - before)),
         "binary": str(binary),
     }
+
+
+def crashed(fuzzed: Mapping[str, Any] | None) -> None:
+    """BenchError (exit 1) naming what libFuzzer found, when it found something."""
+    if fuzzed is not None and fuzzed.get("crashes", 0):
+        found = str(fuzzed.get("findings", "")) or "(no file written)"
+        raise BenchError(
+            f"the fuzzer found a crash (libFuzzer exit {fuzzed.get('exit_code')}): {found}",
+            detail=str(fuzzed.get("tail", "")),
+            hint=f"reproduce it with `{fuzzed.get('binary')} {found.split(', ')[0]}`",
+        )

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dgr.contracts.bench import Speed, SplitCost
+from dgr.contracts.bench import BenchResult, Speed, SplitCost
 from dgr.core import proc
 from dgr.errors import BenchError
 from dgr.verify.bench import paired
@@ -99,6 +99,20 @@ def token_problems(
                 what = "generated other tokens than" if same is False else "did not compare its tokens with"
                 problems.append(f"{label}: the split into {row.shards} ({where}) {what} the whole model")
     return problems
+
+
+def diverged(result: BenchResult) -> None:
+    """BenchError (exit 1) when a split of a model decoded other tokens than the whole model (or did not
+    say): its speed is not that of the same computation. Raised after bench.json is written."""
+    problems = [
+        p for label, m in result.all_models().items() for p in token_problems(label, m.in_process, m.workers)
+    ]
+    if problems:
+        raise BenchError(
+            f"{len(problems)} split(s) decoded other tokens than the whole model: {problems[0]}",
+            detail="\n".join(problems),
+            hint="run `dgr verify --only boundary,kv`: a split that changes the tokens is a bug",
+        )
 
 
 def _timed(row: dict[str, Any], where: str, **extra: Any) -> Speed:

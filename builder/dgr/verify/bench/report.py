@@ -1,0 +1,160 @@
+"""What `dgr bench` writes and prints of a result (dgr.contracts.bench): `bench.json`, the text report and
+`figures.md`, the report beside bench.json that is the one source of the bench figures the docs state."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from dgr.contracts.bench import TARGETS, BenchResult, ModelBench
+
+
+def bench_json(r: BenchResult) -> str:
+    """`bench.json`: the result and its summary, indented, with a final newline."""
+    return json.dumps(r.to_json(), indent=2) + "\n"
+
+
+def table(header: str, rows: list[str]) -> list[str]:
+    """A Markdown table: `header` and each row are cells joined by " | "."""
+    rule = " | ".join("---" for _ in header.split(" | "))
+    return [f"| {line} |" for line in (header, rule, *rows)]
+
+
+def model_lines(m: ModelBench) -> list[str]:
+    """The split cost and memory tables of one model."""
+    lines = [
+        "split cost: split tokens/s / whole tokens/s, the median of the paired rounds "
+        "(min-max of the rounds, best-of)"
+    ]
+    lines.append("| shards | in-process prefill | in-process decode | workers prefill | workers decode |")
+    lines.append("| --- | --- | --- | --- | --- |")
+    for ip, wk in zip(m.in_process, m.workers, strict=True):
+        pf = ", ".join(f"{p.tokens}: {p.ratio.text()}" for p in ip.prefill)
+        wpf = ", ".join(f"{p.tokens}: {p.ratio.text()}" for p in wk.prefill)
+        lines.append(f"| {ip.shards} | {pf} | {ip.decode.ratio.text()} | {wpf} | {wk.decode.ratio.text()} |")
+    lines.append("")
+    lines.append("worker processes, ms per decoded token (whole | each shard | a request doing no work)")
+    for wk in m.workers:
+        d = wk.decode
+        if d.whole_step_ms is not None and d.round_trip_ms is not None:
+            shards = " + ".join(f"{ms:.2f}" for ms in d.shard_step_ms)
+            lines.append(f"- {wk.shards}: {d.whole_step_ms:.2f} | {shards} | {d.round_trip_ms:.3f}")
+    lines.append("")
+    lines.append("memory per range (mmap off, after the same prefill in every range)")
+    return lines + table(
+        "layers | owned | model bytes | KV bytes | peak RSS | RSS fraction",
+        [
+            f"[{row.layers[0]}, {row.layers[1]}) | {row.owned_fraction:.2f} | "
+            f"{row.model_bytes / 2**20:.1f} MiB | {row.kv_bytes / 2**20:.1f} MiB | "
+            f"{row.peak_rss / 2**20:.1f} MiB | {row.peak_rss_fraction:.2f}"
+            for row in m.memory
+        ],
+    )
+
+
+def build_line(build: Mapping[str, Any]) -> str:
+    """The build timing."""
+    b = {k: v for k, v in build.items() if isinstance(v, (int, float))}
+    line = f"build: no-op dgr {b['noop_dgr_s']:.2f} s vs ninja {b['noop_ninja_s']:.2f} s"
+    if "edit_dgr_s" in b:
+        line += (
+            f"; edited patch dgr {b['edit_dgr_s']:.0f} s vs ninja {b['edit_ninja_s']:.0f} s "
+            f"({b['edit_ratio']:.2f}x)"
+        )
+    if "cold_dgr_s" in b:
+        cold = f"{b['cold_dgr_s']:.0f} s vs plain {b['cold_plain_s']:.0f} s ({b['cold_ratio']:.2f}x)"
+        line += f"; cold dgr {cold}"
+    return line
+
+
+def upstream_lines(r: BenchResult) -> list[str]:
+    """The `--rpc` figures as text lines (none without them)."""
+    if r.rpc is None:
+        return []
+    lines = [""]
+    for c in (m.upstream_comparison for m in r.all_models().values()):
+        if c is None:
+            continue
+        kl = c.kl
+        lines.append(
+            f"{c.model_file}: llama-perplexity ({c.text}) unpatched {c.baseline.final:.4f}, patched "
+            f"{c.patched.final:.4f}; KL divergence of the patched build {kl.patched.mean:.6f} "
+            f"(max {kl.patched.max:.6f}, same top {kl.patched.same_top_percent:.3f} %), of the unpatched "
+            f"against its own logits {kl.reference.mean:.6f} (max {kl.reference.max:.6f}): "
+            f"{'met' if kl.met else 'MISSED'}"
+        )
+        lines.append(
+            f"  llama-bench patched / unpatched, median (min-max, best) of {c.rounds} paired rounds: "
+            + ", ".join(f"{b.test} {b.paired.text()}" for b in c.bench)
+            + f"; target {c.target}: {'met' if c.met else 'MISSED'}"
+        )
+    lines.append("")
+    header = "engine | processes | start | bytes before 1st token | TTFT s | prefill t/s | decode t/s | same"
+    return lines + table(
+        header,
+        [
+            f"{row.engine} | {row.processes} | {row.start} | "
+            f"{row.wire_bytes_before_first_token / 2**20:.1f} MiB | {row.ttft_s:.2f} | "
+            f"{row.prefill_tps:.1f} | {row.decode_tps:.1f} | {row.same_output} "
+            f"({row.same_output_reps} of {r.rpc.reps or '?'})"
+            for row in r.rpc.rows
+        ],
+    )
+
+
+def target_lines(r: BenchResult) -> list[str]:
+    """Every target over every model: the worst median ratio of each model, `met` only when all meet it."""
+    s = r.summary()
+    lines = ["targets (the worst median ratio of each model):"]
+    for target, goal in TARGETS.items():
+        worst = s.worst.get(target, {})
+        each = ", ".join(f"{name} {v:.3f}" for name, v in worst.items()) or "not measured"
+        lines.append(f"- {target} >= {goal}: {'met' if s.met[target] else 'MISSED'} ({each})")
+    return lines
+
+
+def fuzz_text(f: Mapping[str, Any]) -> str:
+    if not f.get("ran"):
+        return f"fuzz: not run ({f.get('reason', '')})"
+    return (
+        f"fuzz: {f.get('executions', 0)} executions in {f.get('seconds', 0)} s "
+        f"({f.get('exec_per_s', 0)}/s), {f.get('crashes', 0)} crashes"
+    )
+
+
+def report_text(r: BenchResult) -> str:
+    """What `dgr bench` prints: every model's tables, the codec, the build, the fuzzing, the comparisons
+    with upstream and the targets."""
+    m = r.machine
+    lines = [f"dgr bench {m.date} on {m.cpu} ({m.cores} cores){' (quick)' if r.quick else ''}"]
+    for name, one in r.all_models().items():
+        lines += ["", f"## {name}: {one.model.file}, {one.model.n_layer} layers", ""]
+        lines += model_lines(one)
+    cpp, py = r.codec["cpp"], r.codec["python"]
+    lines.append("")
+    lines.append(
+        f"codec / memcpy: C++ {cpp.ratio_to_memcpy.text()} (best {cpp.codec_gbps:.2f} vs "
+        f"{cpp.memcpy_gbps:.2f} GB/s); Python {py.ratio_to_memcpy.text()} (best {py.codec_gbps:.2f} vs "
+        f"{py.memcpy_gbps:.2f} GB/s)"
+    )
+    lines.append(build_line(r.build))
+    if r.fuzz is not None:
+        lines.append(fuzz_text(r.fuzz))
+    lines += upstream_lines(r)
+    lines.append("")
+    lines += target_lines(r)
+    return "\n".join(lines)
+
+
+def figures_md(r: BenchResult) -> str:
+    """`figures.md` beside bench.json: the report of the result, the one source of the bench figures the
+    docs state (docs/bench/figures.md is the committed one; a test keeps it equal to the committed
+    docs/bench/bench.json's)."""
+    return (
+        "# The figures of the last `dgr bench`\n\n"
+        "Written by `dgr bench` from the `bench.json` beside it (every ratio: the median of paired rounds\n"
+        "in alternating order, the spread min-max of the rounds, and the best-of); not edited by hand.\n\n"
+        + report_text(r)
+        + "\n"
+    )
