@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 from dgr.builds import build, buildplan, buildtime, harness
-from dgr.contracts import locks
-from dgr.contracts.bench import BENCH_FORMAT, BenchModel, BenchResult
+from dgr.contracts import convert, locks
+from dgr.contracts.bench import BENCH_FORMAT, BenchResult, ModelBench
 from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.core import log
 from dgr.core.fs import writable_dir, write_atomic
@@ -26,8 +26,7 @@ from dgr.errors import EXIT_OK, UsageError
 from dgr.export import upstream_package
 from dgr.git import gitops
 from dgr.sources import model, upstream
-from dgr.verify.bench import codec, fuzz, machine, memory, model_bench, quality, report, rpc, split
-from dgr.verify.models import inventory
+from dgr.verify.bench import codec, fuzz, machine, model_bench, quality, report, rpc, split
 
 FUZZ_VENDOR = "vendor/nlohmann"
 """What the decoders include of upstream's tree (nlohmann/json)."""
@@ -71,14 +70,11 @@ def run(args: argparse.Namespace) -> int:
     bin_dir = built.path / "bin"
     models = locks.load_models(ctx.repo.locks_dir).all()  # the default model first
     model_path, *other_paths = model.fetch_all(ctx.cache, models)
-    inv = inventory.read(model_path)
-    with log.step("split cost, all ranges in one process"):
-        in_process = split.in_process(bin_dir, model_path, inv.n_layer, args.quick, args.threads)
-    with log.step("split cost, one worker process per range"):
-        worker = bin_dir / "layer-worker"
-        workers = split.workers(worker, model_path, inv.n_layer, args.quick, args.threads, args.ctx)
-    with log.step("memory per range"):
-        rows = memory.measure(worker, model_path, inv, args.quick, args.ctx)
+
+    def measured(name: str, path: Path, chart: str) -> ModelBench:
+        return model_bench(bin_dir, name, path, args.quick, args.threads, args.ctx, out_dir / chart)
+
+    default = measured(models[0].name, model_path, "memory.png")
     with log.step("bundle codec"):
         speeds = codec.measure(bin_dir, args.quick)
     with log.step("build timing"):
@@ -88,43 +84,28 @@ def run(args: argparse.Namespace) -> int:
         with log.step("fuzz the worker's decoders"):
             vendor = Path(built.manifest.build.source_dir) / "vendor"
             fuzzed = fuzz.run(ctx, vendor, args.fuzz_runs, args.fuzz_seconds)
-    extra = (
-        beside_upstream(ctx, bin_dir / "layer-worker", [model_path, *other_paths], inv.n_layer, args)
-        if args.rpc
-        else None
-    )
+    extra = None
+    if args.rpc:
+        paths = [model_path, *other_paths]
+        extra = beside_upstream(ctx, bin_dir / "layer-worker", paths, default.model.n_layer, args)
     others = {
         lock.name: dataclasses.replace(
-            model_bench(
-                bin_dir,
-                lock.name,
-                path,
-                args.quick,
-                args.threads,
-                args.ctx,
-                out_dir / f"memory-{lock.name}.png",
-            ),
+            measured(lock.name, path, f"memory-{lock.name}.png"),
             upstream_comparison=extra.others[i] if extra else None,
         )
         for i, (lock, path) in enumerate(zip(models[1:], other_paths, strict=True))
     }
-    png = memory.chart(rows, out_dir / "memory.png", model_path.stem, args.ctx)
+    default = dataclasses.replace(default, upstream_comparison=extra.comparison if extra else None)
     result = BenchResult(
+        **convert.fields_of(ModelBench, default),  # the default model's keys are at the top
         format=BENCH_FORMAT,
         machine=machine(),
         quick=args.quick,
         inputs_digest=built.manifest.inputs_digest,
-        model=BenchModel(file=model_path.name, n_layer=inv.n_layer, bytes=inv.n_bytes, name=models[0].name),
-        hop_bytes_per_token=inv.n_embd * 4,
-        in_process=in_process,
-        workers=workers,
-        memory=rows,
         codec=speeds,
         build=timing,
         fuzz=fuzzed,
-        chart=str(png) if png else None,
         models=others,
-        upstream_comparison=extra.comparison if extra else None,
         rpc=extra.rpc if extra else None,
         harness=ran,
     )
@@ -135,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(data)
     else:
         print(report.report_text(result))
-    log.info(f"results: {out_dir / 'bench.json'}" + (f", chart: {png}" if png else ""))
+    chart = f", chart: {default.chart}" if default.chart else ""
+    log.info(f"results: {out_dir / 'bench.json'}{chart}")
     fuzz.crashed(fuzzed)
     split.diverged(result)
     return EXIT_OK

@@ -188,15 +188,7 @@ class BenchResult(convert.Record):
 
     def all_models(self) -> dict[str, ModelBench]:
         """Every model by name, the default first, each with its split cost, memory and comparison."""
-        default = ModelBench(
-            model=self.model,
-            hop_bytes_per_token=self.hop_bytes_per_token,
-            in_process=self.in_process,
-            workers=self.workers,
-            memory=self.memory,
-            chart=self.chart,
-            upstream_comparison=self.upstream_comparison,
-        )
+        default = ModelBench(**convert.fields_of(ModelBench, self))
         return {self.model.name or self.model.file: default, **self.models}
 
     def summary(self) -> Summary:

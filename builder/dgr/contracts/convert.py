@@ -118,6 +118,12 @@ def to_json(record: Any) -> dict[str, Any]:
     return out
 
 
+def fields_of(kind: type, source: Any) -> dict[str, Any]:
+    """The values of `source` named as the fields of the record type `kind`: what makes a `kind` of a record
+    that holds its fields among its own (`kind(**fields_of(kind, source))`)."""
+    return {f.name: getattr(source, f.name) for f in dataclasses.fields(kind)}
+
+
 def _value(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return to_json(value)

@@ -52,8 +52,8 @@ def machine() -> Machine:
 def model_bench(
     bin_dir: Path, name: str, model_path: Path, quick: bool, threads: int, ctx: int, chart: Path
 ) -> ModelBench:
-    """The split cost (in one process and one worker per range) and the memory table of one more model,
-    with its memory chart at `chart`."""
+    """The split cost (in one process and one worker per range) and the memory table of one model (the
+    default one and every other locked model alike), with its memory chart at `chart`."""
     inv = inventory.read(model_path)
     worker = bin_dir / "layer-worker"
     with log.step(f"{name}: split cost, all ranges in one process"):
