@@ -322,7 +322,7 @@ def test_bench_quick_reports_every_key(real_cache: Path, real_build: dict[str, A
         # one figure per worker of the chain; the round trip that does no work is below any real step
         assert len(step["shard_step_ms"]) == row["shards"]
         assert 0 < step["round_trip_ms"] < min(step["shard_step_ms"]) < step["whole_step_ms"]
-    assert out["codec"]["cpp"]["zero_copy_decode"] and out["codec"]["cpp"]["codec_gbps"] > 0
+    assert out["codec"]["cpp"]["codec_gbps"] > 0 and "zero_copy_decode" not in out["codec"]["cpp"]
     assert out["memory"][0]["layers"] == [0, 30] and out["memory"][1]["peak_rss_fraction"] < 1
     assert (tmp_path / "bench.json").is_file() and (tmp_path / "memory.png").read_bytes()[:4] == b"\x89PNG"
     assert out["model"]["name"] == "smollm2" and set(out["models"]) == {"gemma3"}

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from dgr.contracts import convert
 from dgr.contracts.harness import Harness
@@ -103,7 +104,18 @@ class CodecSpeed(convert.Record):
     """The fastest repetition of each."""
     ratio_to_memcpy: Paired
     """codec / memcpy GB/s of each repetition (both run in every repetition, in alternating order)."""
-    zero_copy_decode: bool
+
+    RETIRED: ClassVar[Mapping[str, bool]] = {"zero_copy_decode": True}
+    """Keys that results of format 2 wrote as a constant, not a measurement (the decoder's design, never
+    measured): read back only with the value they always had, and dropped."""
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "codec") -> Self:
+        d = convert.mapping(data, where)
+        for key, value in cls.RETIRED.items():
+            if key in d and d[key] is not value:
+                raise ConfigError(f"{where}.{key}: a retired key, only ever written as {json.dumps(value)}")
+        return convert.from_json(cls, {k: v for k, v in d.items() if k not in cls.RETIRED}, where)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -66,6 +66,5 @@ def speed(nbytes: int, reps: int, seconds: list[tuple[float, float]], **extra: f
         codec_gbps=codec_gbps,
         memcpy_gbps=memcpy_gbps,
         ratio_to_memcpy=ratio,
-        zero_copy_decode=True,
         **extra,
     )
