@@ -17,6 +17,8 @@ from dgr.errors import BenchError
 from dgr.export import measured
 from dgr.verify.bench import quality, rpc
 
+from tests.helpers import FIXTURES
+
 PERPLEXITY_OUT = (
     "0.02.263.729 I perplexity: calculating perplexity over 2 chunks, n_ctx=512, batch_size=2048, n_seq=4\n"
     "[1]13.4425,[2]20.0833,\n"
@@ -24,9 +26,10 @@ PERPLEXITY_OUT = (
 )
 
 
-def kl_out(mean: float, high: float, same_top: float) -> str:
+def kl_out(mean: float, high: float, same_top: float, ppl_q: float = 20.0833) -> str:
     """What `llama-perplexity --kl-divergence` prints, by the format strings of upstream's
-    tools/perplexity/perplexity.cpp at the pin (kl_divergence(): the chunk table, then the statistics)."""
+    tools/perplexity/perplexity.cpp at the pin (kl_divergence(): the chunk table, then the statistics);
+    `ppl_q`: the build's own perplexity (`Mean PPL(Q)`)."""
     header = (
         "chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              "
         "Δp RMS            Same top p\n"
@@ -46,7 +49,7 @@ def kl_out(mean: float, high: float, same_top: float) -> str:
         + header
         + rows
         + "\n====== Perplexity statistics ======\n"
-        + "Mean PPL(Q)                   : %10.6lf ± %10.6lf\n" % (20.0833, 0.48251)
+        + "Mean PPL(Q)                   : %10.6lf ± %10.6lf\n" % (ppl_q, 0.48251)
         + "Mean PPL(base)                : %10.6lf ± %10.6lf\n" % (20.0833, 0.48251)
         + "Cor(ln(PPL(Q)), ln(PPL(base))): %6.2lf%%\n" % 100.0
         + "\n====== KL divergence statistics ======\n"
@@ -107,13 +110,18 @@ def inputs(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_perplexity_and_bench_before_and_after_round_trip_into_the_export(tmp_path: Path) -> None:
-    baseline = fake_tools(tmp_path / "baseline", "13.1108", 290.0, 70.0)
-    patched = fake_tools(tmp_path / "patched", "13.1108", 286.0, 70.7)
+    """Both perplexities come from each build's own `--kl-divergence` run (`Mean PPL(Q)`, 6 decimals), read
+    by one parser: the `Final estimate` (4 decimals) the baseline prints while writing the base file is not
+    read."""
+    baseline = fake_tools(
+        tmp_path / "baseline", "13.1108", 290.0, 70.0, kl_out(2e-6, 1.2e-4, 100.0, 13.110812)
+    )
+    patched = fake_tools(tmp_path / "patched", "13.1108", 286.0, 70.7, kl_out(2e-6, 1.2e-4, 100.0, 13.110845))
     model, text = inputs(tmp_path)
     result = quality.compare(baseline, patched, model, text, "docs/build.md", threads=2, rounds=2)
     ppl = result.perplexity
-    assert ppl.baseline == Perplexity(final=13.1108, error=0.48251, chunks=(13.4425, 20.0833))
-    assert ppl.patched == Perplexity(final=20.0833, error=0.48251, chunks=(13.4425, 20.0833))
+    assert ppl.baseline == Perplexity(final=13.110812, error=0.48251, chunks=(13.4425, 20.0833))
+    assert ppl.patched == Perplexity(final=13.110845, error=0.48251, chunks=(13.4425, 20.0833))
     assert ppl.kl.patched == KlStats(mean=0.000002, mean_error=0.000001, max=0.00012, same_top_percent=100.0)
     assert ppl.kl.reference == ppl.kl.patched and ppl.kl.met
     assert ppl.kl.args == ("--kl-divergence", "--kl-divergence-base", "FILE")
@@ -145,9 +153,19 @@ def test_a_patched_build_with_other_logits_misses_the_kl_target(tmp_path: Path) 
     assert not dataclasses.replace(kl, reference=kl.patched, patched=kl.patched).met
 
 
-def test_output_without_a_final_estimate_or_statistics_is_an_error() -> None:
-    with pytest.raises(BenchError, match="printed no final estimate"):
-        quality.perplexity_of("perplexity: tokenizing the input ..\n")
+def test_the_perplexity_of_a_kl_divergence_run_is_its_mean_ppl_q() -> None:
+    """The whole output of `llama-perplexity --kl-divergence` (the baseline against its own logits, laid out
+    as the pinned upstream's tools/perplexity/perplexity.cpp prints it, every statistic included): the
+    perplexity is `Mean PPL(Q)` with its 6 decimals, not `Mean PPL(base)` nor a `Mean PPL(Q)/...` line, the
+    chunks the PPL column of its table."""
+    text = (FIXTURES / "llama-perplexity" / "kl-divergence-baseline.txt").read_text()
+    stats, ppl = quality.kl_of(text)
+    chunks = (13.4425, 20.0833, 18.9312, 17.0646, 15.6843, 16.0469, 14.2855, 10.8851)
+    assert ppl == Perplexity(final=10.885149, error=0.70974, chunks=chunks)
+    assert stats == KlStats(mean=0.0, mean_error=0.0, max=0.00005, same_top_percent=100.0)
+
+
+def test_output_without_statistics_is_an_error() -> None:
     with pytest.raises(BenchError, match="printed no JSON"):
         quality.bench_of("error: failed to load model\n")
     # fewer than 100 tokens: upstream prints the chunk table but no statistics

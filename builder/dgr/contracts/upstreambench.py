@@ -71,9 +71,10 @@ class PerplexityComparison(convert.Record):
     text_sha256: str
     args: tuple[str, ...]
     baseline: Perplexity
-    """The baseline's run that wrote the base file (its final estimate and chunks)."""
+    """The baseline against its own base file (`Mean PPL(Q)` and the PPL column of its chunk table); results
+    of an older dgr hold the `Final estimate` of the run that wrote the base file (4 decimals)."""
     patched: Perplexity
-    """The patched run against the base file (`Mean PPL(Q)` and the PPL column of its chunk table)."""
+    """The patched build against the base file, read the same way (`Mean PPL(Q)`, 6 decimals)."""
     kl: KlDivergence
 
 

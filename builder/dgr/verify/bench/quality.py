@@ -4,7 +4,8 @@ tools (`llama-perplexity`, `llama-bench`) on the same model and text, side by si
 
 - perplexity, in upstream's comparison mode: the unpatched build writes its logits
   (`llama-perplexity --kl-divergence-base FILE`), then both builds compare theirs with them
-  (`--kl-divergence --kl-divergence-base FILE`): the KL divergence and "Same top p" it prints. The file
+  (`--kl-divergence --kl-divergence-base FILE`): the KL divergence and "Same top p" it prints, and the
+  perplexity of each build (`Mean PPL(Q)` and its chunk table: both read by one parser, kl_of). The file
   holds 16-bit log-probabilities, so the unpatched build against its own file prints the rounding of
   that storage (a small KL divergence, not 0): met when the patched build prints the same statistics
   (a patched build without a range computes the same logits) and the same top token everywhere;
@@ -42,8 +43,6 @@ from dgr.verify.bench import paired
 PERPLEXITY_ARGS = ("-c", "512", "--chunks", "8")
 BENCH_ARGS = ("-p", "512", "-n", "128", "-r", "3")
 BENCH_TARGET = 0.99
-_CHUNK = re.compile(r"\[(\d+)\](\d+(?:\.\d+)?)")
-_FINAL = re.compile(r"Final estimate: PPL = (\d+(?:\.\d+)?) \+/- (\d+(?:\.\d+)?)")
 _NUM = r"(-?\d+(?:\.\d+)?)"
 _KL_STATS = {
     "ppl": re.compile(rf"Mean PPL\(Q\)\s*:\s*{_NUM}\s*±\s*{_NUM}"),
@@ -71,19 +70,6 @@ def tool_env(bin_dir: Path, tool: str, build_dir: Path | None) -> dict[str, str]
         log.warn(f"{bin_dir} lacks {impl}: running {tool} with the libraries of {build_dir / 'bin'}")
         return {"LD_LIBRARY_PATH": str(build_dir / "bin")}
     raise BenchError(f"{bin_dir} lacks {impl}, which {tool} needs", hint="rebuild with `dgr build --tools`")
-
-
-def perplexity_of(output: str) -> Perplexity:
-    """The per-chunk values and the final estimate llama-perplexity printed."""
-    final = _FINAL.search(output)
-    lines = [line for line in output.splitlines() if re.match(r"\s*\[\d+\]\d", line)]
-    chunks = _CHUNK.findall(lines[-1]) if lines else []
-    if final is None or not chunks:
-        what = "no final estimate" if final is None else "no per-chunk values"
-        raise BenchError(f"llama-perplexity printed {what}", detail=output[-2000:])
-    return Perplexity(
-        final=float(final.group(1)), error=float(final.group(2)), chunks=tuple(float(v) for _, v in chunks)
-    )
 
 
 def kl_of(output: str) -> tuple[KlStats, Perplexity]:
@@ -155,9 +141,11 @@ def compare(
 
     with tempfile.TemporaryDirectory(prefix="dgr-kld-") as tmp:
         base = Path(tmp) / "baseline.kld"
-        baseline_ppl = perplexity_of(perplexity("baseline", "--kl-divergence-base", str(base)))
+        perplexity("baseline", "--kl-divergence-base", str(base))  # writes the base file, nothing to read
         compare_args = ("--kl-divergence", "--kl-divergence-base", str(base))
-        reference, _ = kl_of(perplexity("baseline", *compare_args))
+        # both perplexities from the same mode and parser: the baseline's against its own logits, the
+        # patched build's against the baseline's (`Mean PPL(Q)`, printed with 6 decimals by both)
+        reference, baseline_ppl = kl_of(perplexity("baseline", *compare_args))
         patched_kl, patched_ppl = kl_of(perplexity("patched", *compare_args))
 
     def bench(side: str) -> dict[str, float]:
