@@ -112,6 +112,8 @@ def test_report_lists_every_measurement() -> None:
     assert "- workers_decode >= 0.9: MISSED (m.gguf 0.880)" in text
     assert "- 5: 7.50 | 1.60 + 1.60 + 1.60 + 1.60 + 1.60 | 0.020" in text
     assert "| [10, 20) | 0.38 | 1.0 MiB | 1.0 MiB | 2.0 MiB | 0.38 |" in text
+    # a build time is one run of each side, no median of rounds: the label says so
+    assert "\nbuild, 1 run each: no-op dgr 0.20 s vs ninja 0.05 s\n" in text
 
 
 def test_an_older_result_is_refused_saying_to_rerun_the_bench() -> None:

@@ -1,5 +1,9 @@
 """What `dgr bench` writes and prints of a result (dgr.contracts.bench): `bench.json`, the text report and
-`figures.md`, the report beside bench.json that is the one source of the bench figures the docs state."""
+`figures.md`, the report beside bench.json that is the one source of the bench figures the docs state.
+
+Every label says what its figure is: a ratio is the median of paired rounds (beside it the spread min-max of
+the rounds and the best-of), a build time is one run of each side, an RPC row is the repetition fastest to
+the first token."""
 
 from __future__ import annotations
 
@@ -54,9 +58,9 @@ def model_lines(m: ModelBench) -> list[str]:
 
 
 def build_line(build: Mapping[str, Any]) -> str:
-    """The build timing."""
+    """The build timing: every figure is one run of each side (no rounds, no spread), and says so."""
     b = {k: v for k, v in build.items() if isinstance(v, (int, float))}
-    line = f"build: no-op dgr {b['noop_dgr_s']:.2f} s vs ninja {b['noop_ninja_s']:.2f} s"
+    line = f"build, 1 run each: no-op dgr {b['noop_dgr_s']:.2f} s vs ninja {b['noop_ninja_s']:.2f} s"
     if "edit_dgr_s" in b:
         line += (
             f"; edited patch dgr {b['edit_dgr_s']:.0f} s vs ninja {b['edit_ninja_s']:.0f} s "
@@ -89,7 +93,11 @@ def upstream_lines(r: BenchResult) -> list[str]:
             + ", ".join(f"{b.test} {b.paired.text()}" for b in c.bench)
             + f"; target {c.target}: {'met' if c.met else 'MISSED'}"
         )
-    lines.append("")
+    reps = f"{r.rpc.reps} repetitions" if r.rpc.reps else "the repetitions"
+    lines += [
+        "",
+        f"the RPC backend beside layer ranges, each row the one of {reps} fastest to the first token",
+    ]
     header = "engine | processes | start | bytes before 1st token | TTFT s | prefill t/s | decode t/s | same"
     return lines + table(
         header,
