@@ -35,7 +35,7 @@ import pytest
 from dgr.builds import buildplan
 from dgr.contracts import locks
 from dgr.core.paths import Context, Repo
-from dgr.export import upstream_package
+from dgr.export import measured, upstream_package
 from dgr.git import gitops
 from dgr.series import generated
 
@@ -150,7 +150,7 @@ def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstre
     # a passing report and a bench result for the real inputs (fakes: the figures are not under test)
     helpers.write_report(plan.digest, native=plan.native_tests)
     text = gitops.file_at(upstream_git, plan.pin.commit, "docs/build.md")
-    bench = cache / "bench" / "bench.json"
+    bench = measured.full_result(Context.discover().cache, plan.digest)
     bench.parent.mkdir(parents=True)
     model_sha = locks.load_model(repo / "locks").sha256
     bench.write_text(json.dumps(fake_bench(plan.digest, text, model_sha)))

@@ -284,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--bench",
         type=Path,
         metavar="FILE",
-        help="the bench.json of `dgr bench --rpc` to render (default: <cache>/bench/bench.json)",
+        help="the bench.json of `dgr bench --rpc` to render (default: the full one of the current inputs, "
+        "<cache>/bench/<inputs-digest>/full/bench.json)",
     )
 
     p = command("bench")
@@ -323,7 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="context cells of every worker, one session at a time (default 1024, the README's figures)",
     )
     p.add_argument(
-        "--out", type=Path, metavar="DIR", help="where bench.json and memory.png go (default: <cache>/bench)"
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="where bench.json and memory.png go (default: <cache>/bench/<inputs-digest>/full, or quick/ "
+        "with --quick: a quick run never replaces a full one)",
     )
 
     p = command("generate", mirror=True)

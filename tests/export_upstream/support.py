@@ -15,6 +15,7 @@ from dgr.builds import buildplan
 from dgr.cli import main
 from dgr.contracts.report import GROUPS
 from dgr.core.paths import Context
+from dgr.export import measured
 
 from tests import helpers
 from tests.helpers import README, ROOT, FakeUpstream, checked_out_base, commit_all, git, write_manifest
@@ -312,7 +313,7 @@ def helpers_model_sha256() -> str:
 
 
 def write_bench(data: dict[str, Any] | None = None) -> Path:
-    path = Path(Context.discover().cache.root) / "bench" / "bench.json"
+    path = measured.full_result(Context.discover().cache, digest())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data if data is not None else bench_data(digest()), indent=2))
     return path

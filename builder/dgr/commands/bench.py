@@ -1,6 +1,7 @@
 """`dgr bench [--json] [--quick] [--fuzz] [--out DIR]`: runs the measurements of dgr.verify.bench and the
 build timing (dgr.builds.buildtime), writes bench.json, figures.md (the report) and memory.png, prints the
-report.
+report. Without --out they go to the cache entry of the inputs and the kind of run
+(`bench/<inputs-digest>/full/`, `quick/` for --quick): a quick run never replaces a full one.
 
 `dgr bench --fuzz-only [--fuzz-seconds N] [--json]`: the fuzzing alone (what CI runs), without a build or a
 measurement: the harness is built with clang against the pinned upstream's `vendor/` (read from the verified
@@ -57,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if args.fuzz_only:
         return fuzz_only(ctx, args)
     ran = harness.current(ctx.repo)  # what measures, read before it runs
-    out_dir = Path(args.out) if args.out else ctx.cache.root / "bench"
-    writable_dir(out_dir, "--out")  # before an hour of measuring, not after
+    if args.out:
+        writable_dir(args.out, "--out")  # before an hour of measuring, not after
     if args.fuzz:
         fuzz.compiler()  # likewise: a missing fuzzing compiler is said before the measurements
     if args.ctx < (needed := split.context_needed(args.quick)):
@@ -68,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         )
     built = build.run(ctx, buildplan.Request())
     bin_dir = built.path / "bin"
+    # the cache keeps a quick result apart from the full one of the same inputs (which status and export read)
+    out_dir = Path(args.out) if args.out else ctx.cache.bench_entry(built.manifest.inputs_digest, args.quick)
+    out_dir.mkdir(parents=True, exist_ok=True)
     models = locks.load_models(ctx.repo.locks_dir).all()  # the default model first
     model_path, *other_paths = model.fetch_all(ctx.cache, models)
 

@@ -69,11 +69,14 @@ def status(ctx: Context, backend: Backend = "cpu") -> Status:
     if gpu:
         bench = "not this backend's: the bench and export-upstream are about the CPU build (`dgr status`)"
     else:
+        full = measured.full_result(ctx.cache, plan.digest)
         try:
-            measured.load(ctx.cache.root / "bench" / "bench.json", plan.digest, current, models)
+            measured.load(full, plan.digest, current, models)
             bench = "current (`dgr bench --rpc` of these inputs)"
         except DgrError as exc:
             bench = f"{'stale' if isinstance(exc, StaleError) else 'missing'}: {exc.what}"
+            if not full.exists() and (ctx.cache.bench_entry(plan.digest, quick=True) / full.name).exists():
+                bench += " (there is a --quick one of these inputs: a quick run is no full bench)"
     result = Status(
         backend=backend,
         pin=f"llama.cpp {lock.pin.commit} ({lock.pin.commit_date.date()})",

@@ -159,6 +159,13 @@ class Cache:
     tmp = _Below()
     locks = _Below()
     state = _Below()
+    bench = _Below()
+
+    def bench_entry(self, digest: str, quick: bool) -> Path:
+        """Where `dgr bench` keeps its result of the inputs `digest`: `bench/<digest>/full/`, or `quick/` for
+        `--quick`, each kind an entry of its own (a quick run never replaces the full one that `dgr status`
+        and `export-upstream` read)."""
+        return self.bench / digest / ("quick" if quick else "full")
 
     def upstream_repo(self, commit: str) -> Path:
         return self.upstream / f"{commit}.git"

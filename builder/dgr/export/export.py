@@ -131,7 +131,7 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
             )
         ran = harness.current(repo)
         report = reportstore.load_passing(ctx.cache, plan.digest, ran, render.VERIFY_HINT)
-        bench_path = bench or ctx.cache.root / "bench" / "bench.json"
+        bench_path = bench or measured.full_result(ctx.cache, plan.digest)
         result = measured.load(bench_path, plan.digest, ran, locks.load_models(repo.locks_dir))
         with log.step(f"make {len(config.pulls)} branch(es) and their bundles"):
             made = branches.make(series, config.pulls, config.drop_trailers, identity, tmp / "branches")

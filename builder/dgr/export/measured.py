@@ -23,9 +23,10 @@ from dgr.contracts.modellock import ModelLock, ModelsLock
 from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.core.digest import sha256_bytes
 from dgr.core.fs import read_or_refuse
+from dgr.core.paths import Cache
 from dgr.errors import ConfigError, StaleError, VerifyError
 
-__all__ = ["BENCH_HINT", "Comparison", "Measured", "Rpc", "load"]
+__all__ = ["BENCH_HINT", "Comparison", "Measured", "Rpc", "full_result", "load"]
 
 BENCH_HINT = "run `dgr bench --rpc` for the current inputs, then `dgr export-upstream` again"
 
@@ -47,6 +48,11 @@ class Measured:
     rpc: Rpc
     others: tuple[Comparison, ...] = ()
     """The other locked models' perplexity and llama-bench (`models.<name>.upstream_comparison`)."""
+
+
+def full_result(cache: Cache, digest: str) -> Path:
+    """The bench.json of the full `dgr bench` of the inputs `digest` in the cache (never a --quick one's)."""
+    return cache.bench_entry(digest, quick=False) / "bench.json"
 
 
 def load(path: Path, digest: str, harness: Harness, models: ModelsLock) -> Measured:
