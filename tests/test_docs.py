@@ -113,7 +113,7 @@ def test_the_patch_table_of_series_md_is_the_series() -> None:
             stat.files,
             stat.added,
             stat.deleted,
-            counts["core"],
-            counts["tests"],
-            counts["mechanical"],
+            counts.core,
+            counts.tests,
+            counts.mechanical,
         ), name

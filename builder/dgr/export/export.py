@@ -208,10 +208,10 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
                 "tree": b.tree,
                 "commits": [c for _, c in b.commits],
                 "lines": b.stat.lines,
-                "files": counts["files"],
-                "core_lines": counts["core"],
-                "test_lines": counts["tests"],
-                "mechanical_lines": counts["mechanical"],
+                "files": counts.files,
+                "core_lines": counts.core,
+                "test_lines": counts.tests,
+                "mechanical_lines": counts.mechanical,
             }
         )
     return Exported(

@@ -28,6 +28,20 @@ from dgr.contracts import locks, modellock
 from dgr.errors import ConfigError, VerifyError
 from dgr.export import apisurface, evidence, upstream_package
 from dgr.export.branches import AppliedSeries, Branch, Stat
+from dgr.export.context import (
+    AbiChange,
+    BranchTest,
+    CommitFacts,
+    HeaderApi,
+    LineCounts,
+    LineGlobs,
+    NativeTest,
+    PackageContext,
+    Pin,
+    Prefix,
+    PullFacts,
+    Section,
+)
 from dgr.export.figures import cell, fmt
 from dgr.export.measured import Measured
 from dgr.git import gitops
@@ -81,19 +95,6 @@ def _render(env: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- upstream's own files
-
-
-@dataclass(frozen=True)
-class Section:
-    heading: str
-    """The heading's text (`Overview`), empty for what precedes the first heading."""
-    text: str
-    """The section as upstream wrote it: the heading line and everything up to the next heading."""
-
-    @property
-    def body(self) -> str:
-        """The section without its heading line."""
-        return self.text.split("\n", 1)[1] if self.heading else self.text
 
 
 def sections(template: str) -> list[Section]:
@@ -187,7 +188,7 @@ def _file_groups(files: Sequence[str]) -> list[str]:
     return out
 
 
-def _api(series: AppliedSeries, name: str, config: upstream_package.Config) -> list[dict[str, Any]]:
+def _api(series: AppliedSeries, name: str, config: upstream_package.Config) -> tuple[HeaderApi, ...]:
     """The public declarations patch `name` adds, per header, with what they do to the ABI."""
     headers = []
     for header, added in sorted(apisurface.added_lines(series.texts[name]).items()):
@@ -197,20 +198,17 @@ def _api(series: AppliedSeries, name: str, config: upstream_package.Config) -> l
         items = apisurface.surface(header, added, post)
         if not items:
             continue
-        abi = []
-        for item in items:
-            if item.kind != "fields":
-                continue
-            after = apisurface.following_member(post, item)
-            abi.append(
-                {
-                    "struct": item.name,
-                    "fields": apisurface.field_names(item),
-                    "before": after,
-                }
+        abi = tuple(
+            AbiChange(
+                struct=item.name,
+                fields=tuple(apisurface.field_names(item)),
+                before=apisurface.following_member(post, item),
             )
-        headers.append({"path": header, "decls": items, "code": apisurface.block(items), "abi": abi})
-    return headers
+            for item in items
+            if item.kind == "fields"
+        )
+        headers.append(HeaderApi(path=header, decls=tuple(items), code=apisurface.block(items), abi=abi))
+    return tuple(headers)
 
 
 def _rpc_better(result: Measured) -> list[str]:
@@ -255,21 +253,13 @@ def _after(args: Sequence[str], flag: str) -> list[str]:
     return [args[i + 1] for i, a in enumerate(args[:-1]) if a == flag][:1]
 
 
-def _wheels(model: modellock.ModelLock) -> list[dict[str, str]]:
-    """The wheels whose members, concatenated in order, make up the model file (one for a small model)."""
-    return [
-        {"package": w.package, "version": w.version, "wheel": w.wheel, "member": w.member}
-        for w in model.wheels
-    ]
-
-
-def line_counts(stat: Stat, config: upstream_package.Config) -> dict[str, int]:
+def line_counts(stat: Stat, config: upstream_package.Config) -> LineCounts:
     """The files a diff touches and its changed lines (added + removed) by kind: hand-written core, tests,
     mechanical (`config.line_kind`), from `git diff --numstat`."""
-    counts = {"files": stat.files, "core": 0, "tests": 0, "mechanical": 0}
+    counts = {"core": 0, "tests": 0, "mechanical": 0}
     for f in stat.by_file:
         counts[config.line_kind(f.path)] += f.lines
-    return counts
+    return LineCounts(files=stat.files, **counts)
 
 
 def _hours(lines: int, per_hour: tuple[int, int]) -> tuple[float, float]:
@@ -292,7 +282,7 @@ def context(
     files: UpstreamFiles,
     model: modellock.ModelLock,
     rules: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> PackageContext:
     """Everything the templates show, derived from the inputs, in series order; `rules`: the rule of each
     generated patch (dgr.series.generated)."""
     rules = rules or {}
@@ -312,7 +302,7 @@ def context(
                 actual=f"{c.text} (sha256 {c.text_sha256})",
                 hint="run `dgr bench --rpc` again, then `dgr export-upstream`",
             )
-    pulls: list[dict[str, Any]] = []
+    pulls: list[PullFacts] = []
     series_checks = {c.name: c for c in report.group("series")}
     # the native tests of the branch so far: (ctest name, target, number of the pull request that adds it)
     tests: list[tuple[str, str, int]] = []
@@ -320,7 +310,7 @@ def context(
     api_so_far = False
     for branch in branches:
         number = branch.pull.number
-        commits: list[dict[str, Any]] = []
+        commits: list[CommitFacts] = []
         added_in: dict[str, int] = {}
         # the tests this pull request adds or extends: ctest name -> the index of its commit that does
         extended: dict[str, int] = {}
@@ -344,130 +334,123 @@ def context(
             added_in |= {t: index for t, _ in own_tests if t not in added_in}
             tests += [(t, target, number) for t, target in own_tests]
             commits.append(
-                {
-                    "index": index,
-                    "patch": name,
-                    "commit": commit,
-                    "subject": patch.subject,
-                    "concern": concern.title,
-                    "notes": concern.notes,
-                    "answers": concern.answers,
-                    "drop_when": concern.drop_when,
-                    "stat": stat,
-                    "lines": line_counts(stat, config),
-                    "files": _file_groups(sorted({f.path for f in patch.files})),
-                    "tests": [{"name": t, "target": target} for t, target in own_tests],
-                    "extends": extends,
-                    "api": _api(series, name, config),
-                    "rule": rules.get(name),
-                    "parent_commit": parent_commit,
-                }
+                CommitFacts(
+                    index=index,
+                    patch=name,
+                    commit=commit,
+                    subject=patch.subject,
+                    concern=concern.title,
+                    notes=concern.notes,
+                    answers=concern.answers,
+                    drop_when=concern.drop_when,
+                    stat=stat,
+                    lines=line_counts(stat, config),
+                    files=tuple(_file_groups(sorted({f.path for f in patch.files}))),
+                    tests=tuple(NativeTest(name=t, target=target) for t, target in own_tests),
+                    extends=tuple(extends),
+                    api=_api(series, name, config),
+                    rule=rules.get(name),
+                    parent_commit=parent_commit,
+                )
             )
             parent_commit = commit
         done += len(branch.commits)
-        api_so_far = api_so_far or any(c["api"] for c in commits)
-        names = [t for t, _, _ in tests]
+        api_so_far = api_so_far or any(c.api for c in commits)
+        names = tuple(t for t, _, _ in tests)
         prefix = series_checks.get(f"prefix-{done}")
         pulls.append(
-            {
-                "number": number,
-                "branch": branch.pull.branch,
-                "title": branch.pull.title,
-                "why": branch.pull.why,
-                "bundle": f"PR-{number}.bundle",
-                "body": f"PR-{number}.md",
-                "head": branch.head,
-                "parent": branch.parent,
-                "stacked_on": branches[number - 2].pull.branch if number > 1 else None,
-                "stat": branch.stat,
-                "lines": line_counts(branch.stat, config),
-                "hours": _hours(branch.stat.lines, up.review_lines_per_hour),
-                "commits": commits,
-                "tests": names,
-                "branch_tests": [
-                    {
-                        "name": t,
-                        "target": target,
-                        "added_by": by,
-                        "commit": added_in.get(t),
-                        "extended_in": extended.get(t),
-                    }
+            PullFacts(
+                number=number,
+                branch=branch.pull.branch,
+                title=branch.pull.title,
+                why=branch.pull.why,
+                bundle=f"PR-{number}.bundle",
+                body=f"PR-{number}.md",
+                head=branch.head,
+                parent=branch.parent,
+                stacked_on=branches[number - 2].pull.branch if number > 1 else None,
+                stat=branch.stat,
+                lines=line_counts(branch.stat, config),
+                hours=_hours(branch.stat.lines, up.review_lines_per_hour),
+                commits=tuple(commits),
+                tests=names,
+                branch_tests=tuple(
+                    BranchTest(
+                        name=t,
+                        target=target,
+                        added_by=by,
+                        commit=added_in.get(t),
+                        extended_in=extended.get(t),
+                    )
                     for t, target, by in tests
-                ],
-                "targets": list(dict.fromkeys(target for _, target, _ in tests)),
-                "api_so_far": api_so_far,
-                "ctest_regex": _ctest_regex(names) if names else "",
-                "prefix": {
-                    "patches": done,
-                    "tests": dict(prefix.figures.get("tests", {})),
-                    "passed": prefix.passed,
-                }
+                ),
+                targets=tuple(dict.fromkeys(target for _, target, _ in tests)),
+                api_so_far=api_so_far,
+                ctest_regex=_ctest_regex(names) if names else "",
+                prefix=Prefix(patches=done, tests=dict(prefix.figures.get("tests", {})), passed=prefix.passed)
                 if prefix is not None
                 else None,
-            }
+            )
         )
     last = pulls[-1]
-    all_tests = last["tests"]
-    return {
-        "pin": {
-            "repo": repo_url,
-            "commit": pin.commit,
-            "short": pin.short,
-            "tree": pin.tree,
-            "date": pin.commit_date.isoformat(),
-        },
-        "upstream": up,
-        "issue_url": f"{repo_url}/issues",
-        "pulls": pulls,
-        "last": last,
-        "all_tests": all_tests,
-        "all_targets": last["targets"],
-        "authors": list(dict.fromkeys(p.author for p in series.patches.values())),
-        "all_ctest_regex": last["ctest_regex"],
-        "sections": files.sections,
-        "ci_commands": files.ci_commands,
-        "submitter_begin": upstream_package.SUBMITTER_BEGIN,
-        "submitter_end": upstream_package.SUBMITTER_END,
-        "archs": evidence.archs_table(report.checks, evidence.refusal_message(series)),
-        "graphs": evidence.graphs_table(report.checks),
-        "archs_test": next((t for t in all_tests if "archs" in t), None),
-        "real_model": evidence.real_model_rows(report.checks),
-        "report_total": len(report.checks),
-        "measured": measured,
-        "comparison": comparison,
-        "comparisons": comparisons,
-        "rpc": measured.rpc,
-        "rpc_better": _rpc_better(measured),
-        "rpc_head_args": shlex.join(
+    return PackageContext(
+        pin=Pin(
+            repo=repo_url,
+            commit=pin.commit,
+            short=pin.short,
+            tree=pin.tree,
+            date=pin.commit_date.isoformat(),
+        ),
+        upstream=up,
+        issue_url=f"{repo_url}/issues",
+        pulls=tuple(pulls),
+        last=last,
+        all_targets=last.targets,
+        authors=tuple(dict.fromkeys(p.author for p in series.patches.values())),
+        all_ctest_regex=last.ctest_regex,
+        sections=files.sections,
+        ci_commands=files.ci_commands,
+        submitter_begin=upstream_package.SUBMITTER_BEGIN,
+        submitter_end=upstream_package.SUBMITTER_END,
+        archs=evidence.archs_table(report.checks, evidence.refusal_message(series)),
+        graphs=evidence.graphs_table(report.checks),
+        archs_test=next((t for t in last.tests if "archs" in t), None),
+        real_model=evidence.real_model_rows(report.checks),
+        measured=measured,
+        comparison=comparison,
+        comparisons=comparisons,
+        rpc=measured.rpc,
+        rpc_better=tuple(_rpc_better(measured)),
+        rpc_head_args=shlex.join(
             f"../models/{a}" if a == measured.rpc.model_file else a for a in measured.rpc.head_args
         ),
-        "rpc_ports": [
+        rpc_ports=tuple(
             int(a.rsplit(":", 1)[1])
             for arg in _after(measured.rpc.head_args, "--rpc")
             for a in arg.split(",")
-        ],
-        "model": {"wheels": _wheels(model)},
-        "cmake_options": _cmake_options(plan.toolchain_lock),
-        "questions": config.questions,
-        "line_globs": {"tests": config.test_paths, "mechanical": config.mechanical_paths},
-    }
+        ),
+        model=model,
+        cmake_options=tuple(_cmake_options(plan.toolchain_lock)),
+        questions=config.questions,
+        line_globs=LineGlobs(tests=config.test_paths, mechanical=config.mechanical_paths),
+    )
 
 
-def render_all(env: jinja2.Environment, ctx: dict[str, Any]) -> dict[str, str]:
+def render_all(env: jinja2.Environment, ctx: PackageContext) -> dict[str, str]:
     """Every document of the package: path -> text."""
     files: dict[str, str] = {}
-    for pull in ctx["pulls"]:
-        files[pull["body"]] = _render(env, "PR.md", {**ctx, "pull": pull})
+    for pull in ctx.pulls:
+        files[pull.body] = _render(env, "PR.md", ctx.variables(pull=pull))
     for name in ("DISCUSSION.md", "REPRODUCE.md", "README.md"):
-        files[name] = _render(env, name, ctx)
+        files[name] = _render(env, name, ctx.variables())
     return files
 
 
-def kept_verbatim(files: dict[str, str], ctx: dict[str, Any], kept: str) -> list[str]:
+def kept_verbatim(files: dict[str, str], ctx: PackageContext, kept: str) -> list[str]:
     """Pull request bodies that do not hold upstream's kept section byte for byte."""
-    section = next(s for s in ctx["sections"] if s.heading == kept)
+    section = next(s for s in ctx.sections if s.heading == kept)
     return [
-        f"{pull['body']}: the `## {kept}` section of upstream's template is not kept verbatim"
-        for pull in ctx["pulls"]
-        if section.text.rstrip("\n") not in files[pull["body"]]
+        f"{pull.body}: the `## {kept}` section of upstream's template is not kept verbatim"
+        for pull in ctx.pulls
+        if section.text.rstrip("\n") not in files[pull.body]
     ]
