@@ -196,6 +196,8 @@ def test_the_description_is_built_on_upstreams_template(packaged: Path, tmp_path
     # no public API on the branch: the real-model checks, which drive it, are not shown
     assert "split-logits/real" not in facts
     assert "| master (" in facts and "PPL = 13.1108 +/- 0.48251" in facts
+    # both builds' perplexity is read from their --kl-divergence runs, and the table says so
+    assert "| model | build | `Mean PPL(Q)` of its `--kl-divergence` run | chunks |" in facts
     assert "| this branch, no layer range |" in facts
     # with no range set, every architecture's graph is upstream's
     graphs = facts.split("### Graphs", 1)[1].split("### Perplexity", 1)[0]
