@@ -176,3 +176,16 @@ def test_rebase_check_regenerates_the_generated_patch(tmp_path: Path) -> None:
     # on its own upstream the rule gives the committed patch; on `later`, plain `git am` would miss b.cpp
     assert statuses == {"pin": ["clean"], "later": ["regenerated"]}
     assert "dgr edit --onto later" in report.next_step()
+
+
+def test_the_counts_of_a_rule_keep_their_json_keys() -> None:
+    """`dgr check --json` and rebase-check name a rule's counts by these keys (encoded by
+    dgr.contracts.convert, the one encoder of the records)."""
+    counts = rules.RuleCounts(changed=1, done=2, no_loop=3, skipped=4, refused=["a.cpp:1: why"])
+    assert counts.to_json() == {
+        "changed": 1,
+        "done": 2,
+        "without_layer_loop": 3,
+        "not_for_rule": 4,
+        "refused": ["a.cpp:1: why"],
+    }

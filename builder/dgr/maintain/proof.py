@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dgr.contracts import convert
 from dgr.contracts.locks import Pin
 from dgr.core import log
 from dgr.core.paths import Repo
@@ -57,7 +58,7 @@ a patch of the series the port does not have."""
 
 
 @dataclass(frozen=True)
-class Drift:
+class Drift(convert.Record):
     """Changed lines of a patch that neither the series nor upstream explains, in one hunk."""
 
     patch: str
@@ -71,35 +72,17 @@ class Drift:
         head = f"{self.patch}: {self.file}: hunk {self.hunk}: the port {self.how} {what}"
         return "\n".join([head, *(f"    {line}" for line in self.lines)])
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "patch": self.patch,
-            "file": self.file,
-            "hunk": self.hunk,
-            "how": self.how,
-            "lines": list(self.lines),
-        }
-
 
 @dataclass
-class PatchProof:
+class PatchProof(convert.Record):
     name: str
     """The patch of the port (or, `dropped`, of the series)."""
     series_name: str | None
     replay: Replay
     resolved: list[str] = field(default_factory=list)
     """The files where the series' patch did not apply plainly: where the port may differ from it."""
-    explained: int = 0
+    explained: int = field(default=0, metadata=convert.keyed("explained_lines"))
     """Changed lines that differ from the series' patch and lie in a resolved region."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "series_name": self.series_name,
-            "replay": self.replay,
-            "resolved": self.resolved,
-            "explained_lines": self.explained,
-        }
 
 
 @dataclass

@@ -9,8 +9,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from dgr.contracts import convert
 from dgr.core import proc
 from dgr.core.paths import Repo
 from dgr.git import apply, gitops
@@ -33,24 +33,15 @@ _SUMMARY = re.compile(
 
 
 @dataclass(frozen=True)
-class RuleCounts:
+class RuleCounts(convert.Record):
     """What a rule did to a tree, from its summary line: files changed, already done, without a layer loop,
     not for the rule, and its refusals (`file:line: reason`)."""
 
     changed: int
     done: int
-    no_loop: int
-    skipped: int
+    no_loop: int = field(metadata=convert.keyed("without_layer_loop"))
+    skipped: int = field(metadata=convert.keyed("not_for_rule"))
     refused: list[str] = field(default_factory=list, hash=False)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "changed": self.changed,
-            "done": self.done,
-            "without_layer_loop": self.no_loop,
-            "not_for_rule": self.skipped,
-            "refused": self.refused,
-        }
 
     def describe(self) -> str:
         return (
