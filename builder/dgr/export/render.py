@@ -262,7 +262,7 @@ def line_counts(stat: Stat, config: upstream_package.Config) -> LineCounts:
     return LineCounts(files=stat.files, **counts)
 
 
-def _hours(lines: int, per_hour: tuple[int, int]) -> tuple[float, float]:
+def _hours(lines: int, per_hour: tuple[int, ...]) -> tuple[float, float]:
     return round(lines / per_hour[1], 1), round(lines / per_hour[0], 1)
 
 

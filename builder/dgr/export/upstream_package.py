@@ -29,6 +29,19 @@ TITLE_FORM = re.compile(r"^[a-z0-9][a-z0-9_.+/-]*(?:, ?[a-z0-9][a-z0-9_.+/-]*)* 
 BRANCH_FORM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
 
 
+Text = Annotated[str, convert.NON_EMPTY_TEXT]
+Strings = Annotated[tuple[str, ...], convert.AT_LEAST_ONE]
+Positive = Annotated[int, convert.POSITIVE]
+
+
+# the rules of the fields, named here: an annotation is evaluated (typing.get_type_hints) where a lambda in it
+# would not see this module's names
+LOW_HIGH = convert.Rule(
+    lambda value: len(value) == 2 and value[0] <= value[1], "", "expected [low, high], two positive integers"
+)
+_GROUP = convert.Rule(lambda v: v in CONFORMANCE_GROUPS, f"one of {', '.join(CONFORMANCE_GROUPS)}")
+
+
 @dataclass(frozen=True)
 class Concern:
     """One concern of the series: one patch, the paths it may touch, the verify group that backs it."""
@@ -62,20 +75,22 @@ class Pull:
 
 @dataclass(frozen=True)
 class UpstreamConventions:
-    """How upstream takes contributions; every path names a file of the pinned tree."""
+    """How upstream takes contributions (`[upstream]` of package.toml, read as it is written); every path
+    names a file of the pinned tree."""
 
-    pr_template: str
-    kept_section: str
-    submitter_section: str
-    facts_section: str
-    ci_readme: str
-    contributing: str
-    agents: str
-    review_lines_per_hour: tuple[int, int]
-    feature_issue: int
-    rpc_issue: int
-    api_changelog_issue: int
-    perplexity_text: str
+    pr_template: Text
+    kept_section: Text
+    submitter_section: Text
+    facts_section: Text
+    ci_readme: Text
+    contributing: Text
+    agents: Text
+    review_lines_per_hour: Annotated[tuple[Positive, ...], LOW_HIGH]
+    """Upstream's review rate, [low, high] lines per hour."""
+    feature_issue: Positive
+    rpc_issue: Positive
+    api_changelog_issue: Positive
+    perplexity_text: Text
 
 
 @dataclass(frozen=True)
@@ -113,37 +128,6 @@ def title_problems(title: str) -> list[str]:
     return found
 
 
-Text = Annotated[str, convert.NON_EMPTY_TEXT]
-Strings = Annotated[tuple[str, ...], convert.AT_LEAST_ONE]
-Positive = Annotated[int, convert.POSITIVE]
-
-
-# the rules of the fields, named here: an annotation is evaluated (typing.get_type_hints) where a lambda in it
-# would not see this module's names
-LOW_HIGH = convert.Rule(
-    lambda value: len(value) == 2 and value[0] <= value[1], "", "expected [low, high], two positive integers"
-)
-_GROUP = convert.Rule(lambda v: v in CONFORMANCE_GROUPS, f"one of {', '.join(CONFORMANCE_GROUPS)}")
-
-
-@dataclass(frozen=True)
-class _ConventionsTable:
-    """`[upstream]` of package.toml: UpstreamConventions as written."""
-
-    pr_template: Text
-    kept_section: Text
-    submitter_section: Text
-    facts_section: Text
-    ci_readme: Text
-    contributing: Text
-    agents: Text
-    review_lines_per_hour: Annotated[tuple[Positive, ...], LOW_HIGH]
-    feature_issue: Positive
-    rpc_issue: Positive
-    api_changelog_issue: Positive
-    perplexity_text: Text
-
-
 @dataclass(frozen=True)
 class _PullTable:
     branch: Annotated[str, convert.NON_EMPTY_TEXT, convert.matches(BRANCH_FORM, "a plain branch name")]
@@ -173,7 +157,7 @@ class _PackageFile:
     """upstream-package/package.toml as written, decoded by dgr.contracts.convert (unknown keys refused)."""
 
     deny_words: Strings
-    upstream: _ConventionsTable
+    upstream: UpstreamConventions
     pulls: Annotated[tuple[_PullTable, ...], convert.AT_LEAST_ONE]
     concerns: Annotated[tuple[_ConcernTable, ...], convert.AT_LEAST_ONE]
     drop_trailers: tuple[Text, ...] = ()
@@ -228,7 +212,6 @@ def load_config(path: Path, series: list[str]) -> Config:
             hint="fix upstream-package/package.toml: one [[concerns]] per patch of series/series, "
             "[[pulls]] that take the series in order",
         )
-    up = doc.upstream
     concerns = [
         Concern(
             c.patch,
@@ -246,20 +229,7 @@ def load_config(path: Path, series: list[str]) -> Config:
         doc.deny_words,
         doc.drop_trailers,
         doc.api_headers,
-        UpstreamConventions(
-            pr_template=up.pr_template,
-            kept_section=up.kept_section,
-            submitter_section=up.submitter_section,
-            facts_section=up.facts_section,
-            ci_readme=up.ci_readme,
-            contributing=up.contributing,
-            agents=up.agents,
-            review_lines_per_hour=(up.review_lines_per_hour[0], up.review_lines_per_hour[1]),
-            feature_issue=up.feature_issue,
-            rpc_issue=up.rpc_issue,
-            api_changelog_issue=up.api_changelog_issue,
-            perplexity_text=up.perplexity_text,
-        ),
+        doc.upstream,
         tuple(Pull(i + 1, p.branch, p.title, p.patches, p.why.strip()) for i, p in enumerate(doc.pulls)),
         tuple(sorted(concerns, key=lambda c: series.index(c.patch))),
         doc.discussion.questions,
