@@ -70,33 +70,6 @@ class ModelLock:
     size: int
     wheels: tuple[ModelWheel, ...]
 
-    @property
-    def filename(self) -> str:
-        return self.file
-
-    @property
-    def _single(self) -> ModelWheel:
-        """The wheel of a model held whole by one wheel (what export-upstream's reproduce steps name)."""
-        if len(self.wheels) != 1:
-            raise ValueError(f"model {self.name} is assembled from {len(self.wheels)} wheels, not one")
-        return self.wheels[0]
-
-    @property
-    def package(self) -> str:
-        return self._single.package
-
-    @property
-    def version(self) -> str:
-        return self._single.version
-
-    @property
-    def wheel(self) -> str:
-        return self._single.wheel
-
-    @property
-    def member(self) -> str:
-        return self._single.member
-
     def to_toml(self) -> dict[str, Any]:
         return {
             "file": self.file,

@@ -34,11 +34,10 @@ class Section:
 
 
 @dataclass(frozen=True)
-class Pin:
+class PinFacts:
     repo: str
     commit: str
     short: str
-    tree: str
     date: str
     """The commit date, ISO 8601 with its UTC offset."""
 
@@ -87,11 +86,10 @@ class CommitFacts:
 
     index: int
     """1-based, within its pull request."""
-    patch: str
     commit: str
     subject: str
-    concern: str
     notes: tuple[str, ...]
+    """Of its concern (package.toml), as its provenance below."""
     answers: str
     drop_when: str
     stat: Stat
@@ -100,8 +98,6 @@ class CommitFacts:
     """The files it touches, a directory of many files of one kind as one glob."""
     tests: tuple[NativeTest, ...]
     """The native tests it adds."""
-    extends: tuple[str, ...]
-    """The native tests of earlier commits whose source it changes."""
     api: tuple[HeaderApi, ...]
     rule: str | None
     """The rule that generates its `src/models/` part (None: written by hand)."""
@@ -144,7 +140,7 @@ class PullFacts:
     body: str
     """The file of its description (`PR-<n>.md`)."""
     head: str
-    parent: str
+    """The last commit of its branch."""
     stacked_on: str | None
     """The branch of the previous pull request (None: the first, on the pin)."""
     stat: Stat
@@ -172,7 +168,7 @@ class LineGlobs:
 class PackageContext:
     """Everything the templates show, in series order."""
 
-    pin: Pin
+    pin: PinFacts
     upstream: UpstreamConventions
     issue_url: str
     pulls: tuple[PullFacts, ...]

@@ -37,7 +37,7 @@ from dgr.export.context import (
     LineGlobs,
     NativeTest,
     PackageContext,
-    Pin,
+    PinFacts,
     Prefix,
     PullFacts,
     Section,
@@ -336,10 +336,8 @@ def context(
             commits.append(
                 CommitFacts(
                     index=index,
-                    patch=name,
                     commit=commit,
                     subject=patch.subject,
-                    concern=concern.title,
                     notes=concern.notes,
                     answers=concern.answers,
                     drop_when=concern.drop_when,
@@ -347,7 +345,6 @@ def context(
                     lines=line_counts(stat, config),
                     files=tuple(_file_groups(sorted({f.path for f in patch.files}))),
                     tests=tuple(NativeTest(name=t, target=target) for t, target in own_tests),
-                    extends=tuple(extends),
                     api=_api(series, name, config),
                     rule=rules.get(name),
                     parent_commit=parent_commit,
@@ -367,7 +364,6 @@ def context(
                 bundle=f"PR-{number}.bundle",
                 body=f"PR-{number}.md",
                 head=branch.head,
-                parent=branch.parent,
                 stacked_on=branches[number - 2].pull.branch if number > 1 else None,
                 stat=branch.stat,
                 lines=line_counts(branch.stat, config),
@@ -394,11 +390,10 @@ def context(
         )
     last = pulls[-1]
     return PackageContext(
-        pin=Pin(
+        pin=PinFacts(
             repo=repo_url,
             commit=pin.commit,
             short=pin.short,
-            tree=pin.tree,
             date=pin.commit_date.isoformat(),
         ),
         upstream=up,
