@@ -151,6 +151,14 @@ class Record:
         return from_json(cls, data, where)
 
 
+class TomlTable:
+    """A record written back to its lock file as it is read: `to_toml()` is its fields in order, as
+    `to_json` writes them."""
+
+    def to_toml(self) -> dict[str, Any]:
+        return to_json(self)
+
+
 def mapping(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: expected an object, found {type(value).__name__}")

