@@ -14,8 +14,8 @@ FAIL = f"{ESC}[1;31mFAIL{ESC}[0m"
 TABLE = """\
 0.00.000.290 I main: using seed 42, stdev 0.100000
 |     Model arch.|Config| Layers|Ranges      |Result
-|           llama| Dense|      4|2,3,1+1     |CERTIFIED bit-identical logits, KV cache by range
-|           llama|   MoE|      4|2,3,1+1     |CERTIFIED bit-identical logits, KV cache by range
+|           llama| Dense|      4|2,3,1+1,3seq,3seq-split|CERTIFIED bit-identical logits, KV cache by range
+|           llama|   MoE|      4|2,3,1+1,3seq,3seq-split|CERTIFIED bit-identical logits, KV cache by range
 |           rwkv7| Dense|      4|[0, 2)      |REFUSED not opted in, refused at load
 |            gptj|     -|      -|-           |NO MODEL llama.cpp has no implementation of the architecture
 Summary: 3 architectures, 2 certified, 1 refused, 1 without a model, 0 failed, 0 load checks failed
@@ -30,7 +30,7 @@ def test_rows_are_parsed_with_status_ranges_and_reason() -> None:
         ("rwkv7/dense", "refused", 4),
         ("gptj", "no-model", None),
     ]
-    assert table.rows[0].ranges == ("2", "3", "1+1")
+    assert table.rows[0].ranges == ("2", "3", "1+1", "3seq", "3seq-split")
     assert table.rows[2].detail == archs.REFUSAL
     assert table.n_archs == 3
 
@@ -87,20 +87,20 @@ if "--layer-ranges" not in args:
     sys.exit(UPSTREAM_RC)
 only = args[args.index("-a") + 1] if "-a" in args else None
 if only is None:
-    print(row % ("llama", "Dense", 4, "2,3,1+1", ok))
+    print(row % ("llama", "Dense", 4, "2,3,1+1,3seq,3seq-split", ok))
 if only in (None, "^qwen3next$"):
-    print(row % ("qwen3next", "Dense", 4, "2,3,1+1", ok))
+    print(row % ("qwen3next", "Dense", 4, "2,3,1+1,3seq,3seq-split", ok))
     print("|%16s|%6s|%7s|" % ("qwen3next", "MoE", 4), end="", flush=True)
     if MODE == "slow":
         time.sleep(2 if only else 60)
-        print("2,3,1+1     |" + ok)
+        print("2,3,1+1,3seq,3seq-split|" + ok)
         print("Summary: 1 architectures, 2 certified, 0 refused, 0 without a model, 0 failed, "
               "0 load checks failed")
         sys.exit(0)
     if MODE == "hang":
         time.sleep(60)
     sys.exit(139)
-print(row % ("gemma3", "Dense", 4, "2,3,1+1", ok))
+print(row % ("gemma3", "Dense", 4, "2,3,1+1,3seq,3seq-split", ok))
 print("Summary: 1 architectures, 1 certified, 0 refused, 0 without a model, 0 failed, 0 load checks failed")
 """
 
@@ -188,3 +188,11 @@ def test_a_row_that_hangs_alone_too_fails(tmp_path: Path, monkeypatch: pytest.Mo
     detail = checks["qwen3next/moe"].detail
     assert not checks["qwen3next/moe"].passed
     assert "printed nothing for 2 s here, and alone it printed nothing for 2 s, and upstream's own" in detail
+
+
+def test_a_certified_row_without_the_multi_sequence_cases_fails() -> None:
+    output = TABLE.replace("|2,3,1+1,3seq,3seq-split|CERTIFIED", "|2,3,1+1|CERTIFIED", 1)
+    checks = {c.name: c for c in archs.checks(output, 0)}
+    assert not checks["llama/dense"].passed
+    assert "without the multi-sequence case(s) 3seq, 3seq-split" in checks["llama/dense"].detail
+    assert checks["llama/moe"].passed

@@ -28,17 +28,25 @@ def begin(arch: str, config: str) -> str:
     return json.dumps({"arch": arch, "config": config, "begin": True})
 
 
+def state(arch: str, config: str, value: str = "1234:00000000deadbeef") -> str:
+    return json.dumps({"arch": arch, "config": config, "state": value})
+
+
 def variant(arch: str, config: str, pp: list[str] = PP_OPS, tg: list[str] = TG_OPS) -> list[str]:
     graphs_ = [
         line(arch, config, "pp", pp),
         line(arch, config, "pp-last", TG_OPS),
         line(arch, config, "tg", tg),
     ]
-    return [begin(arch, config), *graphs_]
+    return [begin(arch, config), *graphs_, state(arch, config)]
 
 
 def failing(arch: str, config: str, error: str) -> list[str]:
-    return [begin(arch, config), *(line(arch, config, s, error=error) for s in graph.SHAPES)]
+    return [
+        begin(arch, config),
+        *(line(arch, config, s, error=error) for s in graph.SHAPES),
+        json.dumps({"arch": arch, "config": config, "state_error": error}),
+    ]
 
 
 GPTJ_ERROR = "failed to create llama model: unknown model architecture: 'gptj'"
@@ -198,6 +206,7 @@ for n in sys.argv[1:] or LISTED:
     for s in ("pp", "pp-last", "tg"):
         print(json.dumps({{"arch": a, "config": c, "shape": s, "gguf": "00", "n_nodes": 1, "ops": ["ADD"],
                           "shapes": ["f32 1x1x1x1"]}}))
+    print(json.dumps({{"arch": a, "config": c, "state": "8:0000000000000001"}}))
 """
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -231,3 +240,26 @@ def test_a_difference_in_the_prompt_with_its_last_output_only_fails() -> None:
     llama = by_name(patched)["llama/moe"]
     assert not llama.passed and f"pp-last: op {len(TG_OPS) - 1} is GET_ROWS, upstream MUL_MAT" in llama.detail
     assert list(llama.figures["first_difference"]) == ["pp-last"]
+
+
+def test_a_variant_without_its_state_line_is_unfinished() -> None:
+    out = graph.parse("\n".join(variant("llama", "dense")[:-1]))
+    assert "llama/dense" not in out.variants
+
+
+def test_another_sequence_state_with_the_same_graphs_fails_naming_both() -> None:
+    patched = OUTPUT.replace(state("llama", "moe"), state("llama", "moe", "1246:00000000deadbeef"))
+    llama = by_name(patched)["llama/moe"]
+    assert not llama.passed
+    assert "the sequence state after a prompt is 1246:00000000deadbeef, upstream 1234:00000000deadbeef" in (
+        llama.detail
+    )
+    assert by_name(OUTPUT)["llama/moe"].passed
+
+
+def test_a_state_that_could_not_be_taken_is_an_error_of_the_variant() -> None:
+    broken = OUTPUT.replace(
+        state("llama", "dense"), json.dumps({"arch": "llama", "config": "dense", "state_error": "llama_decode failed"})
+    )
+    llama = graph.parse(broken).variants["llama/dense"]
+    assert not llama.built and llama.error == "state: llama_decode failed"

@@ -11,9 +11,15 @@
 //   layer-graphs --list            one line per variant the generator is asked for: {"arch":..., "config":...}
 //   layer-graphs [ARCH/CONFIG...]  the graphs of these variants (all of them by default), per variant first
 //                                  {"arch":..., "config":..., "begin":true}, then one line per shape:
-//                                  {"arch":..., "config":"dense"|"moe", "shape":"pp"|"pp-last"|"tg", "n_tokens":...,
-//                                   "n_outputs":..., "gguf":"<fnv1a-64 of the GGUF metadata>", "n_nodes":..., "ops":[...],
-//                                   "shapes":[...]} or, when the variant could not be built, {..., "error":"..."}
+//                                  {"arch":..., "config":"dense"|"moe"|"nextn", "shape":"pp"|"pp-last"|"tg",
+//                                   "n_tokens":..., "n_outputs":..., "gguf":"<fnv1a-64 of the GGUF metadata>",
+//                                   "n_nodes":..., "ops":[...], "shapes":[...]} or, when the variant could not be
+//                                  built, {..., "error":"..."}; last the sequence state after a prompt of 16 tokens:
+//                                  {"arch":..., "config":..., "state":"<size>:<fnv1a-64 of its bytes>"} (or
+//                                  "state_error":"...")
+//
+// The "nextn" variant of an architecture that has MTP layers is its first variant with one more layer, read as a nextn
+// (MTP) layer: the trunk keeps its layers, and the graphs and the state must be upstream's too.
 //
 // A crash inside llama.cpp ends the process: the caller sees the variant that began and did not finish, and runs the
 // remaining ones again.
@@ -133,13 +139,53 @@ const char * config_name(bool moe) {
     return moe ? "moe" : "dense";
 }
 
-std::string variant_head(llm_arch arch, bool moe) {
-    return "{\"arch\":" + json_str(llm_arch_name(arch)) + ",\"config\":\"" + config_name(moe) + "\"";
+struct variant {
+    bool moe;
+    bool nextn;
+};
+
+std::string variant_head(llm_arch arch, const variant & v) {
+    return "{\"arch\":" + json_str(llm_arch_name(arch)) + ",\"config\":\"" + (v.nextn ? "nextn" : config_name(v.moe)) +
+           "\"";
 }
 
-// the variants test_backends() of the test runs for an architecture: dense unless MoE is mandatory, MoE if implemented
-std::vector<bool> variants_of(llm_arch arch) {
-    std::vector<bool> out;
+// the architectures whose graphs read nextn (MTP) layers (src/models/ files that use n_layer_nextn)
+bool has_nextn(llm_arch arch) {
+    switch (arch) {
+        case LLM_ARCH_BAILINGMOE2:
+        case LLM_ARCH_BAILINGMOE3:
+        case LLM_ARCH_COHERE2MOE:
+        case LLM_ARCH_DEEPSEEK2:
+        case LLM_ARCH_DEEPSEEK32:
+        case LLM_ARCH_DEEPSEEK4:
+        case LLM_ARCH_DOTS3NOTE:
+        case LLM_ARCH_EXAONE_MOE:
+        case LLM_ARCH_EXAONE4:
+        case LLM_ARCH_GEMMA4:
+        case LLM_ARCH_GLM_DSA:
+        case LLM_ARCH_GLM4_MOE:
+        case LLM_ARCH_GLM4:
+        case LLM_ARCH_GLM5_NEXT:
+        case LLM_ARCH_HY_V3:
+        case LLM_ARCH_MIMO2:
+        case LLM_ARCH_NEMOTRON_H_MOE:
+        case LLM_ARCH_NEMOTRON_H:
+        case LLM_ARCH_OPENAI_MOE:
+        case LLM_ARCH_QWEN35:
+        case LLM_ARCH_QWEN35MOE:
+        case LLM_ARCH_QWEN3NEXT:
+        case LLM_ARCH_QWEN4EXP:
+        case LLM_ARCH_STEP35:
+            return true;
+        default:
+            return false;
+    }
+}
+
+// the variants test_backends() of the test runs for an architecture: dense unless MoE is mandatory, MoE if implemented;
+// then the first of them with a nextn layer, for an architecture that has them
+std::vector<variant> variants_of(llm_arch arch) {
+    std::vector<variant> out;
     for (bool moe : { false, true }) {
         if (moe && !moe_implemented(arch)) {
             continue;
@@ -147,9 +193,21 @@ std::vector<bool> variants_of(llm_arch arch) {
         if (!moe && moe_mandatory(arch)) {
             continue;
         }
-        out.push_back(moe);
+        out.push_back({ moe, false });
+    }
+    if (has_nextn(arch) && !out.empty()) {
+        out.push_back({ out.front().moe, true });
     }
     return out;
+}
+
+// one more layer, the last one, read as a nextn layer
+void add_nextn_layer(llm_arch arch, gguf_context * gguf) {
+    const std::string prefix = llm_arch_name(arch);
+    const int64_t     key    = gguf_find_key(gguf, (prefix + ".block_count").c_str());
+    GGML_ASSERT(key >= 0);
+    gguf_set_val_u32(gguf, (prefix + ".block_count").c_str(), gguf_get_val_u32(gguf, key) + 1);
+    gguf_set_val_u32(gguf, (prefix + ".nextn_predict_layers").c_str(), 1);
 }
 
 std::string shape_head(const std::string & head, const shape & sh, const std::string & gguf) {
@@ -202,8 +260,28 @@ std::pair<llama_model_ptr, llama_context_ptr> load(gguf_context * gguf, bool enc
     return std::make_pair(std::move(model), std::move(lctx));
 }
 
-void run_variant(llm_arch arch, bool moe) {
-    const std::string head = variant_head(arch, moe);
+// the size and the hash of the sequence state after a prompt of 16 tokens
+std::string state_of(llama_context * lctx, uint32_t n_vocab) {
+    std::vector<llama_token> tokens(16);
+    for (size_t i = 0; i < tokens.size(); i++) {
+        tokens[i] = (llama_token) ((i * 7 + 3) % n_vocab);
+    }
+    g_graphs_error.clear();
+    if (llama_decode(lctx, llama_batch_get_one(tokens.data(), (int32_t) tokens.size())) != 0) {
+        throw std::runtime_error("llama_decode failed: " + g_graphs_error);
+    }
+    std::vector<uint8_t> state(llama_state_seq_get_size(lctx, 0));
+    if (llama_state_seq_get_data(lctx, state.data(), state.size(), 0) != state.size()) {
+        throw std::runtime_error("llama_state_seq_get_data failed: " + g_graphs_error);
+    }
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%zu:%016" PRIx64, state.size(), fnv1a(state.data(), state.size()));
+    return buf;
+}
+
+void run_variant(llm_arch arch, const variant & v) {
+    const bool        moe  = v.moe;
+    const std::string head = variant_head(arch, v);
     printf("%s,\"begin\":true}\n", head.c_str());
     fflush(stdout);
 
@@ -220,6 +298,9 @@ void run_variant(llm_arch arch, bool moe) {
             // as test_backends() does
             GGML_ASSERT(gguf_remove_key(gguf.get(), "bailingmoe3.kda.safe_gate") >= 0);
         }
+        if (v.nextn) {
+            add_nextn_layer(arch, gguf.get());
+        }
         gguf_hash = gguf_fingerprint(gguf.get());
         auto model_and_ctx = load(gguf.get(), encode);
         for (const shape & sh : SHAPES) {
@@ -231,11 +312,26 @@ void run_variant(llm_arch arch, bool moe) {
                 lines.push_back(graph_line(head, sh, gguf_hash, gf));
             }
         }
+        // the encoder-decoder and diffusion models are not decoded from a prompt
+        std::string state = "not decoded";
+        if (!encode) {
+            try {
+                const llama_vocab * vocab = llama_model_get_vocab(model_and_ctx.first.get());
+                state = state_of(model_and_ctx.second.get(), (uint32_t) llama_vocab_n_tokens(vocab));
+            } catch (const std::exception & err) {
+                lines.push_back(head + ",\"state_error\":" + json_str(err.what()) + "}");
+                state.clear();
+            }
+        }
+        if (!state.empty()) {
+            lines.push_back(head + ",\"state\":" + json_str(state) + "}");
+        }
     } catch (const std::exception & err) {
         lines.clear();
         for (const shape & sh : SHAPES) {
             lines.push_back(error_line(head, sh, gguf_hash, err.what()));
         }
+        lines.push_back(head + ",\"state_error\":" + json_str(err.what()) + "}");
     }
     for (const std::string & line : lines) {
         printf("%s\n", line.c_str());
@@ -268,16 +364,17 @@ int main(int argc, char ** argv) {
         if (arch == LLM_ARCH_UNKNOWN) {
             continue;
         }
-        for (const bool moe : variants_of(arch)) {
-            const std::string name = std::string(llm_arch_name(arch)) + "/" + config_name(moe);
+        for (const variant & v : variants_of(arch)) {
+            const std::string name =
+                std::string(llm_arch_name(arch)) + "/" + (v.nextn ? "nextn" : config_name(v.moe));
             if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) {
                 continue;
             }
             if (list) {
-                printf("%s}\n", variant_head(arch, moe).c_str());
+                printf("%s}\n", variant_head(arch, v).c_str());
                 continue;
             }
-            run_variant(arch, moe);
+            run_variant(arch, v);
         }
     }
     fflush(stdout);

@@ -285,7 +285,7 @@ json worker::op_load(const json & req) {
 #if WORKER_HAS_LAYER_RANGE
     if (ranged) {
         mparams.layer_begin = layer_begin;
-        mparams.layer_end   = layer_end;
+        mparams.layer_end   = layer_end == -1 ? 0 : layer_end;  // llama.cpp's "to the last layer" is 0
     }
 #else
     (void) ranged;

@@ -93,11 +93,19 @@ def parse(output: str) -> Table:
     return Table(rows=rows, n_archs=n_archs)
 
 
+MULTI_SEQUENCE = ("3seq", "3seq-split")
+"""The ranges column of a certified row names these: three sequences in one batch through a split, in ubatches of
+several sequences and in equal splits, gave the whole model's logits."""
+
+
 def _row_problem(row: Row, exit_code: int, output: str) -> str:
     if row.status is None:
         return f"the test stopped at this model (exit code {exit_code}): {output.strip()[-1500:]}"
     if row.status == "failed":
         return row.detail or "failed without a reason"
+    missing = [r for r in MULTI_SEQUENCE if r not in row.ranges]
+    if row.status == "certified" and missing:
+        return f"certified without the multi-sequence case(s) {', '.join(missing)}"
     if row.status == "refused" and row.detail != REFUSAL:
         return f"refused with {row.detail!r}, not with the standard refusal at load"
     if row.status == "no-model" and not row.detail:

@@ -4,9 +4,11 @@
 functions of tests/test-llama-archs.cpp: every architecture of the arch list, dense and MoE as the test
 chooses) and prints the graph `llama_graph_reserve` builds for three ubatches: a prompt of 16 tokens, all of
 them output (`pp`), the same prompt with its last token output only (`pp-last`) and one token (`tg`); of each
-graph its number of nodes, the op of every node in order and every node's type and shape. It is built
+graph its number of nodes, the op of every node in order and every node's type and shape; then the size and a
+hash of the sequence state after decoding a prompt of 16 tokens. An architecture with nextn (MTP) layers has a
+third variant, `nextn`, with one more layer read as a nextn layer. It is built
 against the patched tree and against upstream's (the baseline) alike; this module runs both, and one check
-per architecture variant passes when the graphs of every ubatch are equal. A variant the generator cannot
+per architecture variant passes when the graphs of every ubatch and the states are equal. A variant the generator cannot
 build in either tree, with the same error, is listed, not failed; one built in one tree only fails.
 
 A crash of llama.cpp (an assertion) ends the program: the variant that began and did not finish is recorded
@@ -55,6 +57,8 @@ class Variant:
     """The fingerprint of the GGUF metadata the generator made (empty: it failed before)."""
     graphs: Mapping[str, Graph] = field(default_factory=dict)
     """By shape; empty when the variant could not be built."""
+    state: str = ""
+    """The sequence state after a prompt, "<size>:<hash>" ("not decoded" for an encoder; empty: not built)."""
     error: str = ""
 
     @property
@@ -63,7 +67,7 @@ class Variant:
 
     @property
     def built(self) -> bool:
-        return not self.error and all(s in self.graphs for s in SHAPES)
+        return not self.error and all(s in self.graphs for s in SHAPES) and bool(self.state)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,18 +124,23 @@ def parse(text: str) -> Output:
     (a line with an error makes the variant an error)."""
     begun: list[str] = []
     lines: dict[str, dict[str, dict[str, Any]]] = {}
+    states: dict[str, dict[str, Any]] = {}
     for r in _records(text):
         name = f"{r['arch']}/{r['config']}"
         if r.get("begin") is True:
             begun.append(name)
         elif r.get("shape") in SHAPES:
             lines.setdefault(name, {})[r["shape"]] = r
+        elif "state" in r or "state_error" in r:
+            states[name] = r
     variants: dict[str, Variant] = {}
     for name, by_shape in lines.items():
-        if set(by_shape) != set(SHAPES):
+        if set(by_shape) != set(SHAPES) or name not in states:
             continue
         first = by_shape[SHAPES[0]]
         errors = [str(by_shape[s]["error"]) for s in SHAPES if "error" in by_shape[s]]
+        if "state_error" in states[name]:
+            errors.append(f"state: {states[name]['state_error']}")
         graphs: dict[str, Graph] = {}
         if not errors:
             for s in SHAPES:
@@ -150,6 +159,7 @@ def parse(text: str) -> Output:
             config=first["config"],
             gguf=str(first.get("gguf", "")),
             graphs={} if errors else graphs,
+            state="" if errors else str(states[name].get("state", "")),
             error=errors[0] if errors else "",
         )
     return Output(begun=tuple(begun), variants=variants)
@@ -274,6 +284,7 @@ class GraphComparison:
             figures["first_difference"] = differences
         if p.gguf != b.gguf:
             figures["gguf"] = {"patched": p.gguf, "baseline": b.gguf}
+        figures["state"] = {"patched": p.state, "baseline": b.state}
         return figures
 
     @property
@@ -283,7 +294,7 @@ class GraphComparison:
     @property
     def equal(self) -> bool:
         p, b = self.patched, self.baseline
-        return bool(p and b and self.compared and p.graphs == b.graphs)
+        return bool(p and b and self.compared and p.graphs == b.graphs and p.state == b.state)
 
     @property
     def listed_only(self) -> bool:
@@ -319,6 +330,8 @@ class GraphComparison:
                 problems.append(
                     f"{s}: node {j} ({_at(pg.ops, j)}) is {_at(pg.shapes, j)}, upstream {_at(bg.shapes, j)}"
                 )
+        if p.state != b.state:
+            problems.append(f"the sequence state after a prompt is {p.state}, upstream {b.state}")
         return "; ".join(problems)
 
 
