@@ -201,13 +201,34 @@ std::vector<variant> variants_of(llm_arch arch) {
     return out;
 }
 
-// one more layer, the last one, read as a nextn layer
-void add_nextn_layer(llm_arch arch, gguf_context * gguf) {
-    const std::string prefix = llm_arch_name(arch);
-    const int64_t     key    = gguf_find_key(gguf, (prefix + ".block_count").c_str());
-    GGML_ASSERT(key >= 0);
-    gguf_set_val_u32(gguf, (prefix + ".block_count").c_str(), gguf_get_val_u32(gguf, key) + 1);
-    gguf_set_val_u32(gguf, (prefix + ".nextn_predict_layers").c_str(), 1);
+// the model of the generator with one more layer, the last one read as a nextn layer: every per-layer array (of
+// block_count numbers) gets a copy of its last element (upstream's generator has no parameter for the layer count)
+gguf_context_ptr get_gguf_ctx_nextn(llm_arch arch, bool moe) {
+    const std::string prefix  = llm_arch_name(arch);
+    gguf_context_ptr  gguf    = get_gguf_ctx(arch, moe);
+    const uint32_t    n_layer = gguf_get_val_u32(gguf.get(), gguf_find_key(gguf.get(), (prefix + ".block_count").c_str()));
+    for (int64_t i = 0; i < gguf_get_n_kv(gguf.get()); i++) {
+        if (gguf_get_kv_type(gguf.get(), i) != GGUF_TYPE_ARRAY || gguf_get_arr_n(gguf.get(), i) != n_layer) {
+            continue;
+        }
+        const gguf_type type = gguf_get_arr_type(gguf.get(), i);
+        size_t          size = 0;
+        switch (type) {
+            case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: size = 1; break;
+            case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: size = 2; break;
+            case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: size = 4; break;
+            case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: size = 8; break;
+            default: continue;  // strings
+        }
+        std::vector<uint8_t> data((n_layer + 1) * size);
+        memcpy(data.data(), gguf_get_arr_data(gguf.get(), i), n_layer * size);
+        memcpy(data.data() + n_layer * size, data.data() + (n_layer - 1) * size, size);
+        const std::string key = gguf_get_key(gguf.get(), i);
+        gguf_set_arr_data(gguf.get(), key.c_str(), type, data.data(), n_layer + 1);
+    }
+    gguf_set_val_u32(gguf.get(), (prefix + ".block_count").c_str(), n_layer + 1);
+    gguf_set_val_u32(gguf.get(), (prefix + ".nextn_predict_layers").c_str(), 1);
+    return gguf;
 }
 
 std::string shape_head(const std::string & head, const shape & sh, const std::string & gguf) {
@@ -235,10 +256,12 @@ std::string error_line(const std::string & head, const shape & sh, const std::st
     return shape_head(head, sh, gguf) + ",\"error\":" + json_str(error) + "}";
 }
 
-// the model and context of get_model_and_ctx() in the test, on the default devices, one thread
-std::pair<llama_model_ptr, llama_context_ptr> load(gguf_context * gguf, bool encode) {
+// the model and context of get_model_and_ctx() in the test, on the default devices, one thread; the nextn variant
+// loads its MTP layer
+std::pair<llama_model_ptr, llama_context_ptr> load(gguf_context * gguf, bool encode, bool load_mtp) {
     llama_model_params model_params = llama_model_default_params();
     model_params.progress_callback  = silent_model_load_progress;
+    model_params.load_mtp           = load_mtp;
 
     llama_context_params ctx_params = llama_context_default_params();
     ctx_params.n_ctx                = 0;
@@ -293,16 +316,13 @@ void run_variant(llm_arch arch, const variant & v) {
     std::vector<std::string> lines;
     try {
         g_graphs_error.clear();
-        gguf_context_ptr gguf = get_gguf_ctx(arch, moe);
+        gguf_context_ptr gguf = v.nextn ? get_gguf_ctx_nextn(arch, moe) : get_gguf_ctx(arch, moe);
         if (arch == LLM_ARCH_BAILINGMOE3) {
             // as test_backends() does
             GGML_ASSERT(gguf_remove_key(gguf.get(), "bailingmoe3.kda.safe_gate") >= 0);
         }
-        if (v.nextn) {
-            add_nextn_layer(arch, gguf.get());
-        }
         gguf_hash = gguf_fingerprint(gguf.get());
-        auto model_and_ctx = load(gguf.get(), encode);
+        auto model_and_ctx = load(gguf.get(), encode, v.nextn);
         for (const shape & sh : SHAPES) {
             g_graphs_error.clear();
             ggml_cgraph * gf = llama_graph_reserve(model_and_ctx.second.get(), sh.n_tokens, sh.n_seqs, sh.n_outputs);
