@@ -258,8 +258,7 @@ def test_another_sequence_state_with_the_same_graphs_fails_naming_both() -> None
 
 
 def test_a_state_that_could_not_be_taken_is_an_error_of_the_variant() -> None:
-    broken = OUTPUT.replace(
-        state("llama", "dense"), json.dumps({"arch": "llama", "config": "dense", "state_error": "llama_decode failed"})
-    )
+    failed = json.dumps({"arch": "llama", "config": "dense", "state_error": "llama_decode failed"})
+    broken = OUTPUT.replace(state("llama", "dense"), failed)
     llama = graph.parse(broken).variants["llama/dense"]
     assert not llama.built and llama.error == "state: llama_decode failed"

@@ -94,8 +94,8 @@ def parse(output: str) -> Table:
 
 
 MULTI_SEQUENCE = ("3seq", "3seq-split")
-"""The ranges column of a certified row names these: three sequences in one batch through a split, in ubatches of
-several sequences and in equal splits, gave the whole model's logits."""
+"""The ranges column of a certified row names these: three sequences in one batch through a split, in
+ubatches of several sequences and in equal splits, gave the whole model's logits."""
 NO_SPLIT_EQUAL = "split_equal not run: "
 """What a certified row says when the whole model itself aborts with one KV stream per sequence."""
 

@@ -8,8 +8,9 @@ graph its number of nodes, the op of every node in order and every node's type a
 hash of the sequence state after decoding a prompt of 16 tokens. An architecture with nextn (MTP) layers has a
 third variant, `nextn`, with one more layer read as a nextn layer. It is built
 against the patched tree and against upstream's (the baseline) alike; this module runs both, and one check
-per architecture variant passes when the graphs of every ubatch and the states are equal. A variant the generator cannot
-build in either tree, with the same error, is listed, not failed; one built in one tree only fails.
+per architecture variant passes when the graphs of every ubatch and the states are equal. A variant the
+generator cannot build in either tree, with the same error, is listed, not failed; one built in one tree
+only fails.
 
 A crash of llama.cpp (an assertion) ends the program: the variant that began and did not finish is recorded
 as crashed with the last line of stderr, and the program runs again for the variants after it."""
