@@ -1,7 +1,8 @@
 """The branches of the upstream package: one per pull request, each a git bundle.
 
 The series is applied on the pin as `dgr build` applies it (`apply.apply_series`); its commits are written
-out with `git format-patch`, our bookkeeping trailers (`drop_trailers`) removed, and applied again with
+out with `git format-patch`, cut to their subject lines (`subject_only`: the submitter writes the bodies), and
+applied again with
 `git am` in a scratch repository that borrows the upstream's objects, so the branch commits are git's own and
 the upstream repository of the cache gets no refs. Pull request k takes its patches on top of pull request
 k - 1 (stacked); its bundle holds the commits from the pin to its head. Each bundle is then fetched into a
@@ -100,6 +101,15 @@ def drop_trailers(mail: str, keys: tuple[str, ...]) -> str:
     return "\n".join(lines) + sep + rest
 
 
+def subject_only(mail: str) -> str:
+    """The mail with its message cut to the subject line: upstream's AGENTS.md asks that the human who sends
+    the code writes the body of each commit ("BEST: Let the user write the commit"), so the branches carry
+    upstream's `<module> : <title>` subject and nothing of ours below it."""
+    head, sep, rest = mail.partition("\n---\n")
+    headers = head.split("\n\n", 1)[0]
+    return headers + "\n" + sep + rest
+
+
 def scratch_repository(path: Path, borrow: Path) -> Path:
     """A bare repository at `path` borrowing the objects (and shallow boundary) of `borrow`."""
     gitops.init_bare(path)
@@ -112,7 +122,8 @@ def scratch_repository(path: Path, borrow: Path) -> Path:
 def _mails(
     series: AppliedSeries, names: list[str], where: Path, drop: tuple[str, ...]
 ) -> list[apply.PatchRef]:
-    """`git format-patch` of the series' commits, each without our trailers, in series order."""
+    """`git format-patch` of the series' commits, each with its subject line only (no body, none of our
+    trailers), in series order."""
     where.mkdir(parents=True)
     gitops.git(
         [
@@ -133,11 +144,8 @@ def _mails(
     if len(produced) != len(names):
         raise ApplyError(f"git format-patch wrote {len(produced)} mail(s) for {len(names)} patch(es)")
     for path in produced:
-        path.write_bytes(
-            drop_trailers(path.read_bytes().decode(errors="surrogateescape"), drop).encode(
-                errors="surrogateescape"
-            )
-        )
+        mail = drop_trailers(path.read_bytes().decode(errors="surrogateescape"), drop)
+        path.write_bytes(subject_only(mail).encode(errors="surrogateescape"))
     return [apply.PatchRef(name, path, "") for name, path in zip(names, produced, strict=True)]
 
 
