@@ -261,10 +261,14 @@ def test_the_discussion_has_the_facts_and_leaves_the_prose_to_the_submitter(
     assert headings == [
         "The problem",
         "The API",
+        "Where the range is set",
         "Per-architecture evidence",
         "Layer ranges beside the RPC backend (#22436)",
         "Open questions",
     ]
+    # why the range is on the model is the submitter's to say; the facts below the marks are not
+    where = text.split("## Where the range is set", 1)[1].split("## Per-architecture evidence", 1)[0]
+    assert "No window on the context" in where and "no weight crosses the wire" in where
     lines = text.split("\n")
     inside = upstream_package.submitter_lines(text)
     question = next(i for i, line in enumerate(lines, start=1) if QUESTIONS[0] in line)
