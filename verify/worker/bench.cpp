@@ -157,7 +157,7 @@ static json bench_split(const std::map<std::string, std::string> & args) {
     const int         reps    = atoi(args.count("--reps") ? args.at("--reps").c_str() : "3");
     const uint32_t    n_ctx   = 1024;
 
-    std::vector<stage> whole = { load_stage(model, 0, -1, threads, n_ctx) };
+    std::vector<stage> whole = { load_stage(model, 0, 0, threads, n_ctx) };  // 0, 0: the whole model
     std::vector<stage> chain;
     for (const auto & [b, e] : split) {
         chain.push_back(load_stage(model, b, e, threads, n_ctx));
