@@ -144,9 +144,12 @@ struct variant {
     bool nextn;
 };
 
+const char * config_name(const variant & v) {
+    return v.nextn ? "nextn" : config_name(v.moe);
+}
+
 std::string variant_head(llm_arch arch, const variant & v) {
-    return "{\"arch\":" + json_str(llm_arch_name(arch)) + ",\"config\":\"" + (v.nextn ? "nextn" : config_name(v.moe)) +
-           "\"";
+    return "{\"arch\":" + json_str(llm_arch_name(arch)) + ",\"config\":\"" + config_name(v) + "\"";
 }
 
 // the architectures whose graphs read nextn (MTP) layers (src/models/ files that use n_layer_nextn)
@@ -385,8 +388,7 @@ int main(int argc, char ** argv) {
             continue;
         }
         for (const variant & v : variants_of(arch)) {
-            const std::string name =
-                std::string(llm_arch_name(arch)) + "/" + (v.nextn ? "nextn" : config_name(v.moe));
+            const std::string name = std::string(llm_arch_name(arch)) + "/" + config_name(v);
             if (!only.empty() && std::find(only.begin(), only.end(), name) == only.end()) {
                 continue;
             }
