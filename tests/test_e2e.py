@@ -332,3 +332,14 @@ def test_edit_then_export_leaves_git_status_clean(
     export = dgr(repo, cache_a, "export-patches", "--dir", str(tmp_path / "edit"))
     assert export.returncode == 0, export.stderr
     assert git(repo, "status", "--porcelain") == ""
+
+    # a reworded commit keeps the name of its patch: the series lists the same files
+    series = (repo / "series" / "series").read_text()
+    body = git(tmp_path / "edit", "log", "-1", "--format=%b")
+    git(tmp_path / "edit", "commit", "--amend", "-m", "llama : a reworded subject\n\n" + body)
+    export = dgr(repo, cache_a, "export-patches", "--dir", str(tmp_path / "edit"))
+    assert export.returncode == 0, export.stderr
+    assert (repo / "series" / "series").read_text() == series
+    last = series.split()[-1]
+    changed = [line.split()[-1] for line in git(repo, "status", "--porcelain").splitlines()]
+    assert changed == ["locks/patches.toml", f"patches/{last}"]

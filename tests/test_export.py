@@ -73,7 +73,9 @@ def test_export_is_deterministic_and_minimal(repo: Path, capsys: pytest.CaptureF
     assert main(["check"]) == 0
 
 
-def test_export_renamed_and_dropped(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_reworded_keeps_its_name_and_dropped_are_removed(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     tree = edit(capsys)
     base = git(tree, "rev-parse", "refs/patches/upstream-head")
     commits = git(tree, "rev-list", "--reverse", f"{base}..HEAD").split()
@@ -81,8 +83,23 @@ def test_export_renamed_and_dropped(repo: Path, capsys: pytest.CaptureFixture[st
     git(tree, "commit", "-q", "--amend", "-m", message("docs : add the fixture page"))
     assert main(["export-patches"]) == 0
     names = sorted(p.name for p in (repo / "patches").iterdir())
-    assert names == ["docs-add-the-fixture-page.patch"]
+    assert names == ["docs-add-a-fixture-page.patch"]
     assert main(["check"]) == 0
+
+
+def test_export_of_a_new_commit_in_place_of_a_dropped_one_gets_its_own_name(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = edit(capsys)
+    base = git(tree, "rev-parse", "refs/patches/upstream-head")
+    commits = git(tree, "rev-list", "--reverse", f"{base}..HEAD").split()
+    first = git(tree, "log", "-1", "--format=%s", commits[0])
+    git(tree, "reset", "-q", "--hard", commits[1])
+    git(tree, "rebase", "-q", "--onto", base, commits[0])
+    assert main(["export-patches"]) == 0
+    names = [p.name for p in (repo / "patches").iterdir()]
+    # the second commit keeps its own name: it has its subject, so it does not take the first's place
+    assert len(names) == 1 and names[0] != "docs-add-a-fixture-page.patch", (first, names)
 
 
 def test_edit_refuses_dirty_or_unexported(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:

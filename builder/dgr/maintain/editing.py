@@ -205,10 +205,15 @@ def export(repo: Repo, edit_dir: Path) -> Export:
         except (OSError, patchfile.PatchParseError):
             continue
     result = Export(repo)
-    for commit in commits:
-        data = format_patch(edit_dir, commit)
-        subject = patchfile.parse(data.decode(errors="surrogateescape")).subject
+    exported = [format_patch(edit_dir, commit) for commit in commits]
+    subjects = [patchfile.parse(data.decode(errors="surrogateescape")).subject for data in exported]
+    for i, (data, subject) in enumerate(zip(exported, subjects, strict=True)):
         candidates = [n for n in by_subject.get(subject, []) if n not in result.patches]
+        # a reworded commit keeps the name of the patch at its place, unless a commit has that patch's subject
+        if not candidates and i < len(old.names) and old.names[i] not in result.patches:
+            old_subjects = [s for s, names in by_subject.items() if old.names[i] in names]
+            if not any(s in subjects for s in old_subjects):
+                candidates = [old.names[i]]
         name = candidates[0] if candidates else _slug(subject)
         stem, n = name.removesuffix(".patch"), 2
         while name in result.patches:
