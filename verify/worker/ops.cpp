@@ -24,7 +24,8 @@ namespace lw {
 
 static constexpr int kProtocolVersion = 1;
 
-// a saved session state: this magic, the identity of the model (16 hex digits), the sequence state of llama.cpp
+// a saved session state: this magic, the identity of the model (16 hex digits), the layers it holds
+// ("[000010,000020)"), the sequence state of llama.cpp
 static const std::string kStateMagic = "LWS1";
 
 // errors logged by llama.cpp during the current request
@@ -821,13 +822,20 @@ json worker::op_release(const json & req) {
     return { {"session", sid}, {"released", known} };
 }
 
+// the owner of a saved state: the model and its layers, which llama.cpp's state does not record (only their count)
+static std::string state_owner(const std::string & identity, const held_range & held) {
+    char range[32];
+    snprintf(range, sizeof(range), "[%06d,%06d)", (int) held.begin, (int) held.end);
+    return identity + range;
+}
+
 json worker::op_state_save(const json & req, std::vector<uint8_t> & out) {
     require_context();
     const std::string sid   = need_field<std::string>(req, "session");
     const uint64_t    epoch = need_field<uint64_t>(req, "epoch");
     const session & s = find_session(sid, epoch);
-    // the state of llama.cpp after a header with the identity of the model, see docs/protocol.md
-    const std::string header = kStateMagic + identity_;
+    // the state of llama.cpp after a header with the identity of the model and its layers, see docs/protocol.md
+    const std::string header = kStateMagic + state_owner(identity_, held_);
     out.assign(header.begin(), header.end());
     const size_t n = llama_state_seq_get_size(ctx_, s.seq);
     out.resize(header.size() + n);
@@ -842,19 +850,20 @@ json worker::op_state_load(const json & req, const std::vector<uint8_t> & body) 
     require_context();
     const std::string sid   = need_field<std::string>(req, "session");
     const uint64_t    epoch = need_field<uint64_t>(req, "epoch");
-    const std::string header = kStateMagic + identity_;
+    const std::string owner  = state_owner(identity_, held_);
+    const std::string header = kStateMagic + owner;
     if (body.size() < header.size() || memcmp(body.data(), kStateMagic.data(), kStateMagic.size()) != 0) {
         throw request_error{"bad_request", "the body is not a state saved by state_save"};
     }
-    const std::string model(body.begin() + kStateMagic.size(), body.begin() + header.size());
-    if (model != identity_) {
-        throw request_error{"incompatible_recipe", "the state was saved for the model " + model + ", this worker holds " +
-                            identity_};
+    const std::string saved(body.begin() + kStateMagic.size(), body.begin() + header.size());
+    if (saved != owner) {
+        throw request_error{"incompatible_recipe", "the state was saved for the model and layers " + saved +
+                            ", this worker holds " + owner};
     }
     std::vector<std::string> evicted;
     session & s = open_session(sid, epoch, evicted);
     if (llama_state_seq_set_data(ctx_, body.data() + header.size(), body.size() - header.size(), s.seq) == 0) {
-        // llama.cpp refuses a state saved under another cache recipe: another layer range, K/V type or model shape
+        // llama.cpp refuses a state saved under another cache recipe: another K/V type or model shape
         drop_session(sid);
         throw request_error{"incompatible_recipe", llama_errors("the state was refused"), { {"evicted", evicted} }};
     }
