@@ -193,41 +193,106 @@ CAPTURE = ("t_layer_inp", "build_layer_inp")  # the names that record the input 
 # --- rule layer-inputs ----------------------------------------------------------------------------
 
 
-def layer_inputs(source: bytes, root: Node) -> list[Edit] | None:
-    """At the top of the layer loop: `inpL = build_layer_inp(il, inpL);`, then a blank line.
+def sets_from_embd(stmt: Node) -> bool:
+    """`inpL = build_inp_embd(...);`, or the declaration `ggml_tensor * inpL = build_inp_embd(...);`."""
+    parts = assignment(stmt)
+    if parts is not None:
+        return (
+            is_ident(parts[0], "inpL")
+            and parts[1].type == "call_expression"
+            and is_ident(parts[1].child_by_field_name("function"), "build_inp_embd")
+        )
+    if stmt.type != "declaration":
+        return False
+    for decl in stmt.children_by_field_name("declarator"):
+        value = decl.child_by_field_name("value") if decl.type == "init_declarator" else None
+        inner: Node | None = decl
+        while inner is not None and inner.type != "identifier":
+            inner = inner.child_by_field_name("declarator")
+        if is_ident(inner, "inpL"):
+            return value is not None and call_args(value, "build_inp_embd") is not None
+    return False
 
-    A loop whose body starts with `res->t_layer_inp[il] = X;` gets `X = build_layer_inp(il, X);`
-    in place of that line. Returns None when no graph of the file has a layer loop.
+
+def central_capture(graph: Node, loop: LayerLoop) -> bool:
+    """Whether llm_graph_context records the input of every layer of this graph by itself: inpL is the
+    result of build_inp_embd() up to the loop (the input of layer 0), and the loop ends with
+    `cur = build_cvec(cur, il);` and `inpL = cur;` (the input of the next layer)."""
+    body = graph.child_by_field_name("body")
+    if body is None or loop.node.parent != body:
+        return False
+    before = [s for s in body.named_children if s.end_byte <= loop.node.start_byte and s.type != "comment"]
+    setters = [s for s in before if sets_from_embd(s) or assigns(s, "inpL")]
+    if not setters or not sets_from_embd(setters[-1]):
+        return False
+    statements = [s for s in loop.body.named_children if s.type != "comment"]
+    last = assignment(statements[-1]) if statements else None
+    if last is None or not is_ident(last[0], "inpL") or not is_ident(last[1], "cur"):
+        return False
+    cur_setters = [s for s in statements[:-1] if assigns(s, "cur")]
+    if not cur_setters:
+        return False
+    parts = assignment(cur_setters[-1])
+    if parts is None or not is_ident(parts[0], "cur"):
+        return False
+    args = call_args(parts[1], "build_cvec")
+    return args is not None and len(args) == 2 and is_ident(args[0], "cur") and is_ident(args[1], "il")
+
+
+def loop_top(source: bytes, graph: Node, loop: LayerLoop, store_to_call: bool) -> tuple[str, list[Edit]]:
+    """The capture at the top of a layer loop: the variable that holds the layer's input and the
+    edits that make the loop start with `X = build_layer_inp(il, X);`. A loop that starts with the
+    store `res->t_layer_inp[il] = X;` keeps it unless store_to_call."""
+    body = loop.body
+    rest_of_line_empty(source, body.start_byte + 1, line_of(body), "the `{` of the layer loop")
+    statements = body.named_children
+    if not statements:
+        raise Refused(line_of(body), "the layer loop is empty")
+    first = statements[0]
+    done, store = layer_inp_call(first), layer_inp_store(first)
+    handled = [first] if done or store else []
+    allowed = handled + kept_stores(statements[len(handled) :])
+    for node in walk(body):
+        if text(node) in CAPTURE and not any(inside(node, a) for a in allowed):
+            raise Refused(line_of(node), "the layer loop records its input in an unknown way")
+    indent = indent_of(source, loop.node.start_byte) + b"    "
+    if done:
+        own_line(source, first, "the call of build_layer_inp()")
+        return done, []
+    if store:
+        own_line(source, first, "the store of res->t_layer_inp[il]")
+        if not store_to_call:
+            return store, []
+        start, end = line_start(source, first.start_byte), line_end(source, first.end_byte)
+        new = indent + f"{store} = build_layer_inp(il, {store});\n".encode()
+        return store, [Edit(start, end, new if blank_line(source, end) else new + b"\n")]
+    if not declares(graph, "inpL", loop.node.start_byte):
+        raise Refused(line_of(loop.node), "the graph declares no inpL before its layer loop")
+    at = line_end(source, body.start_byte)
+    new = indent + b"inpL = build_layer_inp(il, inpL);\n"
+    return "inpL", [Edit(at, at, new if blank_line(source, at) else new + b"\n")]
+
+
+def layer_inputs(source: bytes, root: Node) -> list[Edit] | None:
+    """At the top of the layer loop of a graph whose layer inputs llm_graph_context does not record by
+    itself (see central_capture()): `inpL = build_layer_inp(il, inpL);`, then a blank line. A loop that
+    stores `res->t_layer_inp[il] = inpL;` records its input already and is left as it is. Returns None
+    when no graph of the file has a layer loop.
     """
     edits: list[Edit] = []
     loops = layer_loops(root)
     for graph, loop in loops:
-        body = loop.body
-        rest_of_line_empty(source, body.start_byte + 1, line_of(body), "the `{` of the layer loop")
-        statements = body.named_children
-        if not statements:
-            raise Refused(line_of(body), "the layer loop is empty")
-        first = statements[0]
-        done, store = layer_inp_call(first), layer_inp_store(first)
-        handled = [first] if done or store else []
-        allowed = handled + kept_stores(statements[len(handled) :])
-        for node in walk(body):
-            if text(node) in CAPTURE and not any(inside(node, a) for a in allowed):
-                raise Refused(line_of(node), "the layer loop records its input in an unknown way")
-        indent = indent_of(source, loop.node.start_byte) + b"    "
-        if done:
-            own_line(source, first, "the call of build_layer_inp()")
-        elif store:
-            own_line(source, first, "the store of res->t_layer_inp[il]")
-            start, end = line_start(source, first.start_byte), line_end(source, first.end_byte)
-            new = indent + f"{store} = build_layer_inp(il, {store});\n".encode()
-            edits.append(Edit(start, end, new if blank_line(source, end) else new + b"\n"))
-        elif declares(graph, "inpL", loop.node.start_byte):
-            at = line_end(source, body.start_byte)
-            new = indent + b"inpL = build_layer_inp(il, inpL);\n"
-            edits.append(Edit(at, at, new if blank_line(source, at) else new + b"\n"))
+        statements = loop.body.named_children
+        first = statements[0] if statements else None
+        kept = kept_stores(statements)
+        if first is not None and (layer_inp_call(first) or layer_inp_store(first)):
+            edits += loop_top(source, graph, loop, store_to_call=False)[1]
+        elif kept or central_capture(graph, loop):
+            for node in walk(loop.body):
+                if text(node) in CAPTURE and not any(inside(node, k) for k in kept):
+                    raise Refused(line_of(node), "the layer loop records its input in an unknown way")
         else:
-            raise Refused(line_of(loop.node), "the graph declares no inpL before its layer loop")
+            edits += loop_top(source, graph, loop, store_to_call=False)[1]
     return edits if loops else None
 
 
@@ -246,12 +311,8 @@ def layer_range(source: bytes, root: Node) -> list[Edit] | None:
     for graph, loop in loops:
         if loop.node.parent != graph.child_by_field_name("body"):
             raise Refused(line_of(loop.node), "the layer loop is not a statement of the graph's body")
-        statements = loop.body.named_children
-        state = layer_inp_call(statements[0]) if statements else None
-        if state is None:
-            raise Refused(
-                line_of(loop.body), "the layer loop does not start with X = build_layer_inp(il, X);"
-            )
+        state, top = loop_top(source, graph, loop, store_to_call=True)
+        edits += top
         if not loop.ranged:
             edits.append(Edit(loop.begin.start_byte, loop.begin.end_byte, b"il_begin"))
             edits.append(Edit(loop.end.start_byte, loop.end.end_byte, b"il_end"))
