@@ -116,6 +116,36 @@ def test_a_misspelt_key_in_the_package_configuration_is_refused(tmp_path: Path) 
     assert "package.toml.concerns[0].drop_when: missing" in detail
 
 
+@pytest.mark.parametrize("group", ["native", "offload", "sieries"])
+def test_a_concern_backed_by_no_conformance_group_is_refused(tmp_path: Path, group: str) -> None:
+    """A concern's `verify_group` (read straight into Concern.group) names a group of `dgr verify` other than
+    the native tests; the others are listed."""
+    path = tmp_path / "package.toml"
+    shutil.copy(ROOT / "upstream-package" / "package.toml", path)
+    text = path.read_text()
+    first = re.search(r'^verify_group = "\w+"$', text, flags=re.M)
+    assert first is not None
+    path.write_text(text[: first.start()] + f'verify_group = "{group}"' + text[first.end() :])
+    series = [
+        line for line in (ROOT / "series" / "series").read_text().splitlines() if line and line[0] != "#"
+    ]
+    with pytest.raises(ConfigError) as info:
+        load_config(path, series)
+    assert (
+        f"package.toml.concerns[0].verify_group: {group!r} is not one of series, archs, graph, ownership, "
+        "boundary, kv" in (info.value.detail or "")
+    )
+    shutil.copy(ROOT / "upstream-package" / "package.toml", path)
+    assert load_config(path, series).concerns[0].group in {
+        "series",
+        "archs",
+        "graph",
+        "ownership",
+        "boundary",
+        "kv",
+    }
+
+
 def test_a_misspelt_key_in_a_verify_report_is_refused(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     digest = buildplan.plan(Context.discover(), buildplan.Request()).digest
     path = write_report(digest)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal, cast
+from typing import Annotated, Literal
 
 from dgr.contracts import convert
 from dgr.contracts.locks import read_toml
@@ -44,18 +44,20 @@ _GROUP = convert.Rule(lambda v: v in CONFORMANCE_GROUPS, f"one of {', '.join(CON
 
 @dataclass(frozen=True)
 class Concern:
-    """One concern of the series: one patch, the paths it may touch, the verify group that backs it."""
+    """One concern of the series (a `[[concerns]]` table of package.toml, as written): one patch, the paths it
+    may touch, the verify group that backs it."""
 
-    patch: str
-    title: str
-    group: Group
-    paths: tuple[str, ...]
-    notes: tuple[str, ...] = ()
-    """Facts about the change that its diff does not show (the ABI of a struct, a default)."""
-    answers: str = ""
+    patch: Text
+    title: Text
+    group: Annotated[str, _GROUP] = field(metadata=convert.keyed("verify_group"))
+    """`verify_group`: the group of `dgr verify` that backs it, one of CONFORMANCE_GROUPS."""
+    paths: Strings
+    answers: Text
     """Provenance: the upstream issue or pull request that the patch answers."""
-    drop_when: str = ""
+    drop_when: Text
     """Provenance: what upstream would have to do for the series to drop the patch."""
+    notes: tuple[Text, ...] = ()
+    """Facts about the change that its diff does not show (the ABI of a struct, a default)."""
 
     def allows(self, path: str) -> bool:
         return any(glob_match(pattern, path) for pattern in self.paths)
@@ -137,17 +139,6 @@ class _PullTable:
 
 
 @dataclass(frozen=True)
-class _ConcernTable:
-    patch: Text
-    title: Text
-    verify_group: Annotated[str, _GROUP]
-    paths: Strings
-    answers: Text
-    drop_when: Text
-    notes: tuple[Text, ...] = ()
-
-
-@dataclass(frozen=True)
 class _DiscussionTable:
     questions: tuple[Text, ...] = ()
 
@@ -159,7 +150,7 @@ class _PackageFile:
     deny_words: Strings
     upstream: UpstreamConventions
     pulls: Annotated[tuple[_PullTable, ...], convert.AT_LEAST_ONE]
-    concerns: Annotated[tuple[_ConcernTable, ...], convert.AT_LEAST_ONE]
+    concerns: Annotated[tuple[Concern, ...], convert.AT_LEAST_ONE]
     drop_trailers: tuple[Text, ...] = ()
     api_headers: Strings = DEFAULT_API_HEADERS
     discussion: _DiscussionTable = field(default_factory=_DiscussionTable)
@@ -212,18 +203,6 @@ def load_config(path: Path, series: list[str]) -> Config:
             hint="fix upstream-package/package.toml: one [[concerns]] per patch of series/series, "
             "[[pulls]] that take the series in order",
         )
-    concerns = [
-        Concern(
-            c.patch,
-            c.title,
-            cast(Group, c.verify_group),
-            c.paths,
-            tuple(c.notes),
-            c.answers,
-            c.drop_when,
-        )
-        for c in doc.concerns
-    ]
     return Config(
         path,
         doc.deny_words,
@@ -231,7 +210,7 @@ def load_config(path: Path, series: list[str]) -> Config:
         doc.api_headers,
         doc.upstream,
         tuple(Pull(i + 1, p.branch, p.title, p.patches, p.why.strip()) for i, p in enumerate(doc.pulls)),
-        tuple(sorted(concerns, key=lambda c: series.index(c.patch))),
+        tuple(sorted(doc.concerns, key=lambda c: series.index(c.patch))),
         doc.discussion.questions,
         doc.mechanical_paths,
         doc.test_paths,

@@ -11,16 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from dgr.contracts.buildmanifest import BuildManifest
 from dgr.contracts.report import REAL_MODEL, SYNTHETIC, Check, Evidence, Group
 from dgr.errors import VerifyError
 from dgr.verify.checks.report import nonempty
+from dgr.verify.checks.testrun import TestRun
 from dgr.verify.models.env import Env, RealModel
-
-if TYPE_CHECKING:
-    from dgr.verify.checks.testrun import TestRun
 
 
 class Built(Protocol):
