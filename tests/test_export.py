@@ -73,12 +73,17 @@ def test_export_is_deterministic_and_minimal(repo: Path, capsys: pytest.CaptureF
     assert main(["check"]) == 0
 
 
+def series_commits(tree: Path) -> tuple[str, list[str]]:
+    """The base of the edit tree and its commits, oldest first."""
+    base = git(tree, "rev-parse", "refs/patches/upstream-head")
+    return base, git(tree, "rev-list", "--reverse", f"{base}..HEAD").split()
+
+
 def test_export_reworded_keeps_its_name_and_dropped_are_removed(
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tree = edit(capsys)
-    base = git(tree, "rev-parse", "refs/patches/upstream-head")
-    commits = git(tree, "rev-list", "--reverse", f"{base}..HEAD").split()
+    _, commits = series_commits(tree)
     git(tree, "reset", "-q", "--hard", commits[0])
     git(tree, "commit", "-q", "--amend", "-m", message("docs : add the fixture page"))
     assert main(["export-patches"]) == 0
@@ -91,8 +96,7 @@ def test_export_of_a_new_commit_in_place_of_a_dropped_one_gets_its_own_name(
     repo: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tree = edit(capsys)
-    base = git(tree, "rev-parse", "refs/patches/upstream-head")
-    commits = git(tree, "rev-list", "--reverse", f"{base}..HEAD").split()
+    base, commits = series_commits(tree)
     first = git(tree, "log", "-1", "--format=%s", commits[0])
     git(tree, "reset", "-q", "--hard", commits[1])
     git(tree, "rebase", "-q", "--onto", base, commits[0])
