@@ -397,6 +397,7 @@ json worker::ownership() const {
     out["model_size"]  = llama_model_size(model_);
     out["n_params"]    = llama_model_n_params(model_);
     out["buffer_size"] = model_buffer_size();
+    out["buffers"]     = model_buffers();
     out["tensors"]     = tensors;
     if (ctx_) {
         out["n_ctx"]        = n_ctx_;
@@ -415,6 +416,25 @@ uint64_t worker::model_buffer_size() const {
         }
     }
     return size;
+}
+
+// the weight buffers by buffer type: its name, its bytes and the tensors in its buffers (with mmap, the
+// CPU_Mapped buffer is the span of the file from the first to the last of its tensors)
+json worker::model_buffers() const {
+    json out = json::array();
+    if (!model_) {
+        return out;
+    }
+    for (const auto & [buft, n] : model_->memory_breakdown()) {
+        json names = json::array();
+        for (const auto & [name, t] : llama_internal_get_tensor_map(model_)) {
+            if (t->buffer != nullptr && ggml_backend_buffer_get_type(t->buffer) == buft) {
+                names.push_back(name);
+            }
+        }
+        out.push_back({ {"type", ggml_backend_buft_name(buft)}, {"bytes", n}, {"tensors", names} });
+    }
+    return out;
 }
 
 // bytes of the weight buffers that are not in host memory (those of the GPU devices)

@@ -86,6 +86,7 @@ private:
     uint64_t device_buffer_size() const;
     json     kv_layers() const;
     json     host_kept() const;
+    json     model_buffers() const;
     void unload();
     void require_context() const;
 

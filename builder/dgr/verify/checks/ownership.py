@@ -21,6 +21,37 @@ from dgr.verify.wire.client import ContextParams, Worker
 BUFFER_TOLERANCE = 0.01
 
 
+def _mapped_buffers(inv: inventory.Inventory, buffers: list[dict[str, Any]], where: str) -> list[str]:
+    """With mmap, the CPU_Mapped buffer of the weights is the file's byte range from the first to the last of
+    its tensors (llama.cpp maps that range and nothing else); a tensor llama.cpp moved to another buffer type
+    (CPU_REPACK: a layout for the CPU kernels) has its bytes there, at least its bytes in the file."""
+    problems: list[str] = []
+    mapped = [b for b in buffers if b["type"] == "CPU_Mapped"]
+    if len(mapped) != 1:
+        problems.append(f"{where}: {len(mapped)} CPU_Mapped weight buffers, expected one (the file)")
+    for b in buffers:
+        names = list(b["tensors"])
+        unknown = [n for n in names if n not in inv.spans]
+        if not names or unknown:
+            held = unknown or "no tensor"
+            problems.append(f"{where}: a {b['type']} buffer of {b['bytes']} bytes holds {held}")
+            continue
+        if b["type"] == "CPU_Mapped":
+            first = min(inv.spans[n][0] for n in names)
+            last = max(inv.spans[n][1] for n in names)
+            if b["bytes"] != last - first:
+                problems.append(
+                    f"{where}: the mapped buffer is {b['bytes']} bytes; its {len(names)} tensors span "
+                    f"{last - first} bytes of the file ({first} to {last})"
+                )
+        elif b["bytes"] < inv.bytes_of(set(names)):
+            problems.append(
+                f"{where}: the {b['type']} buffer is {b['bytes']} bytes for {inv.bytes_of(set(names))} "
+                "bytes of its tensors in the file"
+            )
+    return problems
+
+
 def _load(w: Worker, model: Path, begin: int, end: int, mmap: bool) -> dict[str, Any]:
     return w.load(model, (begin, end), mmap=mmap)
 
@@ -32,6 +63,7 @@ def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: Evidence, 
     shard_bytes: list[int] = []
     max_dev = 0.0
     mmap_span: list[int] = []
+    mmap_buffers: list[dict[str, int]] = []
     holders: dict[str, int] = {}
     ranges = inventory.split(inv.n_layer, k)
     with Worker(env.worker, f"{label}-k{k}") as w:
@@ -59,6 +91,8 @@ def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: Evidence, 
                     problems.append(f"{where}: reports [{rep['layer_begin']}, {rep['layer_end']})")
                 if mmap:
                     mmap_span.append(rep["buffer_size"])
+                    mmap_buffers.append({b["type"]: b["bytes"] for b in rep["buffers"]})
+                    problems += _mapped_buffers(inv, rep["buffers"], where)
                     continue
                 owned = inv.bytes_of(expected)
                 dev = abs(rep["buffer_size"] - owned) / owned
@@ -96,6 +130,7 @@ def check_split(env: Env, inv: inventory.Inventory, k: int, evidence: Evidence, 
         "tensors_per_shard": shard_tensors,
         "bytes_per_shard": shard_bytes,
         "mmap_buffer_span_per_shard": mmap_span,
+        "mmap_buffers_per_shard": mmap_buffers,
     }
     if inv.tied:
         figures["tied_head_holders"] = holders.get("token_embd.weight", 0)
