@@ -239,6 +239,13 @@ def central_capture(graph: Node, loop: LayerLoop) -> bool:
     return args is not None and len(args) == 2 and is_ident(args[0], "cur") and is_ident(args[1], "il")
 
 
+def refuse_other_captures(body: Node, allowed: Sequence[Node]) -> None:
+    """Refuse a capture of the layer input in the loop body other than the allowed statements."""
+    for node in walk(body):
+        if text(node) in CAPTURE and not any(inside(node, a) for a in allowed):
+            raise Refused(line_of(node), "the layer loop records its input in an unknown way")
+
+
 def loop_top(source: bytes, graph: Node, loop: LayerLoop, store_to_call: bool) -> tuple[str, list[Edit]]:
     """The capture at the top of a layer loop: the variable that holds the layer's input and the
     edits that make the loop start with `X = build_layer_inp(il, X);`. A loop that starts with the
@@ -251,10 +258,7 @@ def loop_top(source: bytes, graph: Node, loop: LayerLoop, store_to_call: bool) -
     first = statements[0]
     done, store = layer_inp_call(first), layer_inp_store(first)
     handled = [first] if done or store else []
-    allowed = handled + kept_stores(statements[len(handled) :])
-    for node in walk(body):
-        if text(node) in CAPTURE and not any(inside(node, a) for a in allowed):
-            raise Refused(line_of(node), "the layer loop records its input in an unknown way")
+    refuse_other_captures(body, handled + kept_stores(statements[len(handled) :]))
     indent = indent_of(source, loop.node.start_byte) + b"    "
     if done:
         own_line(source, first, "the call of build_layer_inp()")
@@ -283,14 +287,12 @@ def layer_inputs(source: bytes, root: Node) -> list[Edit] | None:
     loops = layer_loops(root)
     for graph, loop in loops:
         statements = loop.body.named_children
-        first = statements[0] if statements else None
+        starts_with_capture = bool(statements) and bool(
+            layer_inp_call(statements[0]) or layer_inp_store(statements[0])
+        )
         kept = kept_stores(statements)
-        if first is not None and (layer_inp_call(first) or layer_inp_store(first)):
-            edits += loop_top(source, graph, loop, store_to_call=False)[1]
-        elif kept or central_capture(graph, loop):
-            for node in walk(loop.body):
-                if text(node) in CAPTURE and not any(inside(node, k) for k in kept):
-                    raise Refused(line_of(node), "the layer loop records its input in an unknown way")
+        if not starts_with_capture and (kept or central_capture(graph, loop)):
+            refuse_other_captures(loop.body, kept)
         else:
             edits += loop_top(source, graph, loop, store_to_call=False)[1]
     return edits if loops else None
