@@ -69,6 +69,18 @@ def collect(dest: Path, llama_bin: Path, plan: Plan, worker: CMakeProject | None
             _copy(exe, dest)
 
 
+def upstream_test_targets(registered: list[dict[str, Any]], work_bin: Path) -> list[str]:
+    """The targets of the executables the registered tests (`ctest --show-only=json-v1`'s) run from the
+    build's bin/ (a target's executable is named after it there); a test that runs another program (CMake,
+    a script) needs none."""
+    found = {
+        Path(t["command"][0]).name
+        for t in registered
+        if t.get("command") and Path(t["command"][0]).parent == work_bin
+    }
+    return sorted(found)
+
+
 def unregistered(declared: Mapping[str, str], registered: list[dict[str, Any]]) -> None:
     """BuildError naming every test a patch declares (`declared`: test -> patch) that CTest does not
     register (`registered`: `ctest --show-only=json-v1`'s tests): a test that never runs passes nothing."""
