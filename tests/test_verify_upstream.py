@@ -186,7 +186,10 @@ def fake_ctest(tmp_path: Path) -> Path:
     return path
 
 
-def test_run_side_runs_each_suite_as_ci_does_with_the_locked_model(tmp_path: Path) -> None:
+def test_run_side_runs_each_suite_as_ci_does_with_the_locked_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LLAMACPP_TEST_MODELFILE", raising=False)
     build = tmp_path / "build"
     build.mkdir()
     (build / "CTestTestfile.cmake").write_text("")
@@ -195,7 +198,7 @@ def test_run_side_runs_each_suite_as_ci_does_with_the_locked_model(tmp_path: Pat
     gemma.write_bytes(b"GGUF")
     suites = [
         upstream.Suite("main", upstream.MAIN, "native test", smol),
-        upstream.Suite("model@gemma3", upstream.MODEL, "real model", gemma),
+        upstream.Suite("model@gemma3", upstream.MODEL, "real model", gemma, model_file=True),
     ]
     got = upstream.run_side(fake_ctest(tmp_path), build, suites)
     assert {s: list(cases) for s, cases in got.items()} == {"main": ["t-main"], "model@gemma3": ["t-model"]}
@@ -203,8 +206,9 @@ def test_run_side_runs_each_suite_as_ci_does_with_the_locked_model(tmp_path: Pat
     main, model = calls
     assert main["args"][-6:] == ["-L", "main", "-E", "test-opt", "-FS", "test-download-model"]
     assert model["args"][-4:] == ["-L", "model", "-FS", "test-download-model"]
-    # the download fixture's model is the locked one of each suite, and so is LLAMACPP_TEST_MODELFILE
-    assert (main["model"], main["dest"]) == (str(smol), os.path.realpath(smol))
+    # the download fixture's model is the locked one of each suite; LLAMACPP_TEST_MODELFILE is set for
+    # `-L model` only, as ci/run.sh sets it
+    assert (main["model"], main["dest"]) == (None, os.path.realpath(smol))
     assert (model["model"], model["dest"]) == (str(gemma), os.path.realpath(gemma))
 
 

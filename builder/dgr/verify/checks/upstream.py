@@ -47,6 +47,9 @@ class Suite:
     args: tuple[str, ...]
     evidence: Evidence
     model: Path
+    """The locked model at the download fixture's destination, and in LLAMACPP_TEST_MODELFILE when
+    `model_file` (ci/run.sh sets it for `-L model` only)."""
+    model_file: bool = False
 
 
 def _word(case: CaseResult | None) -> str:
@@ -135,7 +138,7 @@ def run_side(ctest: Path, build_dir: Path, suites: list[Suite]) -> dict[str, dic
         if dest is not None:
             _place(suite.model, dest)
             args += ["-FS", DOWNLOAD_FIXTURE]
-        env = {MODEL_FILE_ENV: str(suite.model)}
+        env = {MODEL_FILE_ENV: str(suite.model)} if suite.model_file else {}
         cases, output = native.ctest(ctest, build_dir, args, env)
         if cases is None:
             raise VerifyError(f"ctest {' '.join(args)} in {build_dir} did not run", actual=output)
@@ -148,7 +151,7 @@ def _verify(session: Session) -> list[Check]:
         raise VerifyError("this dgr verify has no work build dirs to run upstream's tests in")
     default = session.env.default
     suites = [Suite("main", MAIN, NATIVE, default.path)] + [
-        Suite(f"model@{m.name}", MODEL, REAL_MODEL, m.path) for m in session.env.models
+        Suite(f"model@{m.name}", MODEL, REAL_MODEL, m.path, model_file=True) for m in session.env.models
     ]
     ran = {}
     for side in _SIDES:
