@@ -21,6 +21,9 @@ from dgr.verify.checks import upstream
 from dgr.verify.checks.native import CaseResult, parse_junit
 from dgr.verify.checks.progress import Progress
 from dgr.verify.checks.report import junit_xml, table
+from dgr.verify.checks.session import Session
+from dgr.verify.models.env import Env, RealModel
+from dgr.verify.models.inventory import Inventory
 
 
 def case(name: str, passed: bool, status: str = "run", output: str = "") -> CaseResult:
@@ -174,7 +177,12 @@ with open(build / "calls.jsonl", "a") as log:
         "dest": os.path.realpath(build / "tinyllamas" / "m.gguf")}}) + "\\n")
 label = args[args.index("-L") + 1]
 junit = args[args.index("--output-junit") + 1]
-Path(junit).write_text('<testsuite><testcase name="t-' + label + '" status="run" time="1"/></testsuite>')
+# cases.json: the cases of each label ({{label: {{test: status}}}}); else one passing test
+cases = (json.loads((build / "cases.json").read_text()).get(label, {{}}) if (build / "cases.json").exists()
+    else {{"t-" + label: "run"}})
+Path(junit).write_text("<testsuite>" + "".join(
+    f'<testcase name="{{n}}" status="{{s}}" time="1"><system-out>{{n}} said {{s}}</system-out></testcase>'
+    for n, s in cases.items()) + "</testsuite>")
 sys.exit(0)
 """
 
@@ -215,3 +223,36 @@ def test_run_side_runs_each_suite_as_ci_does_with_the_locked_model(
 def test_run_side_refuses_a_build_dir_without_tests(tmp_path: Path) -> None:
     with pytest.raises(VerifyError, match=r"no CTestTestfile\.cmake"):
         upstream.run_side(fake_ctest(tmp_path), tmp_path, [])
+
+
+def test_the_group_compares_the_baseline_with_the_patched_build_per_suite(tmp_path: Path) -> None:
+    dirs = {}
+    cases = {
+        True: {"main": {"test-a": "run", "test-b": "run", "test-c": "fail"}, "model": {"test-m": "run"}},
+        False: {"main": {"test-a": "run", "test-b": "fail", "test-c": "fail"}, "model": {}},
+    }
+    for baseline in (True, False):
+        dirs[baseline] = tmp_path / ("baseline" if baseline else "patched")
+        dirs[baseline].mkdir()
+        (dirs[baseline] / "CTestTestfile.cmake").write_text("")
+        (dirs[baseline] / "cases.json").write_text(json.dumps(cases[baseline]))
+    inv = Inventory(tmp_path / "m.gguf", "llama", 2, 8, {"blk.0.attn_q.weight": 64})
+    inv.path.write_bytes(b"GGUF")
+    env = Env(worker=tmp_path / "w", models=(RealModel("smollm2", inv.path, inv),), fixtures=tmp_path)
+    asked: list[bool] = []
+
+    def work_build(baseline: bool) -> Path:
+        asked.append(baseline)
+        return dirs[baseline]
+
+    run = Session(env, fake_ctest(tmp_path), None, None, lambda k: None, work_build=work_build)  # type: ignore[arg-type]
+    got = {c.name: c.outcome for c in upstream.GROUP.verify(run)}
+    assert asked == [True, False]
+    assert got == {
+        "main/test-a": "PASS",
+        "main/test-b": "FAIL",
+        "main/test-c": "FAILS UPSTREAM TOO",
+        # the patched build ran no test of `-L model`: a failed check, not a silent pass
+        "model@smollm2/ran": "FAIL",
+    }
+    assert upstream.GROUP.needs_baseline
