@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
@@ -14,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from dgr.builds import artifacts, buildplan
+from dgr.builds.cmake import CMakeProject, Compiler, Toolchain
 from dgr.contracts.report import Check, Counts, Report
 from dgr.core.paths import Context
-from dgr.errors import ConfigError, VerifyError
+from dgr.errors import BuildError, ConfigError, VerifyError
 from dgr.verify.checks import upstream
 from dgr.verify.checks.native import CaseResult, parse_junit
 from dgr.verify.checks.progress import Progress
@@ -145,11 +147,58 @@ def test_the_download_destination_is_read_from_the_fixture() -> None:
     assert upstream.download_destination(SHOW_ONLY[:1]) is None
 
 
-def test_the_targets_of_upstream_tests_are_the_executables_in_bin() -> None:
-    assert artifacts.upstream_test_targets(SHOW_ONLY, Path("/w/build/bin")) == [
-        "test-sampling",
-        "test-tokenizer-0",
+def test_the_targets_of_upstream_tests_are_the_executables_in_bin(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    (build / "tests").mkdir(parents=True)
+    (build / "CTestTestfile.cmake").write_text('subdirs("tests")\n')
+    (build / "tests" / "CTestTestfile.cmake").write_text(
+        f'add_test("test-tokenizer-0-gpt-2" "{build}/bin/test-tokenizer-0" "/w/src/models/g.gguf")\n'
+        'set_tests_properties("test-tokenizer-0-gpt-2" PROPERTIES  LABELS "main")\n'
+        f'add_test("test-sampling" "{build}/bin/test-sampling")\n'
+        f'add_test("test-download-model" "/venv/cmake" "-DDEST={build}/m.gguf")\n'
+        f'add_test("test-jinja-py" "{build}/bin/test-jinja" "-py")\n'
+    )
+    assert artifacts.upstream_test_targets(build) == ["test-jinja", "test-sampling", "test-tokenizer-0"]
+
+
+def test_upstream_tests_that_do_not_build_are_named_and_never_run_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    toolchain = Toolchain(
+        Path("cmake"),
+        Path("ctest"),
+        Path("ninja"),
+        "4.4.5",
+        "1.13.2",
+        Compiler("cc", "c"),
+        Compiler("c++", "c"),
+    )
+    project = CMakeProject(toolchain, tmp_path / "src", tmp_path / "build", "Release", {})
+    (tmp_path / "build" / "bin").mkdir(parents=True)
+    for exe in ("test-chat", "test-sampling"):
+        (tmp_path / "build" / "bin" / exe).write_text("an earlier build's executable")
+    streamed: list[list[str]] = []
+
+    def ninja_fails(cmd: list[object], **kwargs: object) -> list[str]:
+        streamed.append([str(c) for c in cmd])
+        raise BuildError("ninja -k 0 failed")
+
+    def dry_run(cmd: list[object], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        dirty = str(cmd[-1]) == "test-chat"
+        return subprocess.CompletedProcess(
+            cmd, 0, "[1/2] CXX test-chat.o" if dirty else "ninja: no work to do."
+        )
+
+    monkeypatch.setattr("dgr.core.proc.stream", ninja_fails)
+    monkeypatch.setattr("dgr.core.proc.run", dry_run)
+    assert project.build_what_builds(["test-chat", "test-sampling"], 1) == ["test-chat"]
+    assert streamed == [
+        ["ninja", "-C", str(tmp_path / "build"), "-k", "0", "-j", "1", "test-chat", "test-sampling"]
     ]
+    assert not (tmp_path / "build" / "bin" / "test-chat").exists()
+    assert (tmp_path / "build" / "bin" / "test-sampling").exists()
+    # no target: no ninja at all (ninja with no target builds everything)
+    assert project.build_what_builds([]) == [] and len(streamed) == 1
 
 
 def test_the_digest_covers_the_upstream_tests(repo: Path) -> None:

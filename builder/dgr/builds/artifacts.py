@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -69,15 +70,20 @@ def collect(dest: Path, llama_bin: Path, plan: Plan, worker: CMakeProject | None
             _copy(exe, dest)
 
 
-def upstream_test_targets(registered: list[dict[str, Any]], work_bin: Path) -> list[str]:
-    """The targets of the executables the registered tests (`ctest --show-only=json-v1`'s) run from the
-    build's bin/ (a target's executable is named after it there); a test that runs another program (CMake,
-    a script) needs none."""
-    found = {
-        Path(t["command"][0]).name
-        for t in registered
-        if t.get("command") and Path(t["command"][0]).parent == work_bin
-    }
+# a line of a CTestTestfile.cmake that CMake generates: add_test("name" "/path/to/exe" "arg" ...)
+_ADD_TEST = re.compile(r'^add_test\("(?:[^"\\]|\\.)*" "((?:[^"\\]|\\.)*)"', re.MULTILINE)
+
+
+def upstream_test_targets(build_dir: Path) -> list[str]:
+    """The targets of the executables the tests registered in build_dir run from its bin/ (read from the
+    CTestTestfile.cmake files CMake generated: CTest itself names no command whose executable is not built
+    yet); a target's executable is named after it there. A test that runs another program needs none."""
+    work_bin = build_dir / "bin"
+    found = set()
+    for testfile in build_dir.rglob("CTestTestfile.cmake"):
+        for command in _ADD_TEST.findall(testfile.read_text(errors="replace")):
+            if Path(command).parent == work_bin:
+                found.add(Path(command).name)
     return sorted(found)
 
 
