@@ -203,12 +203,12 @@ def test_upstream_tests_that_do_not_build_are_named_and_never_run_stale(
 
 def test_the_digest_covers_the_upstream_tests(repo: Path) -> None:
     ctx = Context.discover()
-    with_tests = buildplan.plan(ctx, buildplan.Request(upstream_only=True))
-    without = buildplan.plan(ctx, buildplan.Request(upstream_only=True, upstream_tests=False))
+    with_tests = buildplan.plan(ctx, buildplan.Request(upstream_only=True, upstream_tests=True))
+    without = buildplan.plan(ctx, buildplan.Request(upstream_only=True))
     assert with_tests.upstream_tests and not without.upstream_tests
     assert with_tests.digest != without.digest
     # a prefix of the series is built for its own native tests only
-    assert not buildplan.plan(ctx, buildplan.Request(prefix=1)).upstream_tests
+    assert not buildplan.plan(ctx, buildplan.Request(prefix=1, upstream_tests=True)).upstream_tests
 
 
 FAKE_CTEST = """\

@@ -50,9 +50,10 @@ class Request:
     """Also build upstream's tools (locks/toolchain.toml [toolchain.tools]): perplexity, bench, RPC server."""
     backend: Backend = "cpu"
     """A GPU backend to build besides the CPU's (locks/toolchain.toml [toolchain.backends.NAME])."""
-    upstream_tests: bool = True
-    """Also build every executable upstream's own CTest tests run (tests/CMakeLists.txt: the `upstream` group
-    of `dgr verify` runs them in the work build dir); never for a prefix of the series."""
+    upstream_tests: bool = False
+    """Also build every executable upstream's own CTest tests run (tests/CMakeLists.txt), in the work build
+    dir where the `upstream` group of `dgr verify` runs them; never for a prefix of the series. `dgr build`
+    does not: they are not part of what it publishes."""
 
     @property
     def gpu_backends(self) -> tuple[str, ...]:

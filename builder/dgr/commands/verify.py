@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
             upstream=args.upstream,
             sanitize=sanitize,
             backend="cpu" if upstream_only else args.backend,
+            upstream_tests=True,
         )
         return build.work_build(ctx, request)
 
