@@ -32,10 +32,10 @@ def test_every_group_module_is_in_the_registry() -> None:
 def test_the_groups_of_each_backend() -> None:
     # the CPU runs every group but offload, which needs a GPU device; a GPU backend runs the architectures on
     # its device and the offload of the real models
-    assert GROUPS == ("native", "series", "archs", "graph", "ownership", "boundary", "kv")
+    assert GROUPS == ("native", "upstream", "series", "archs", "graph", "ownership", "boundary", "kv")
     assert GPU_GROUPS == ("archs", "offload")
     assert set(GROUPS) | set(GPU_GROUPS) == set(ALL_GROUPS)
 
 
 def test_the_groups_that_need_the_baseline() -> None:
-    assert [g for g in GROUPS if load(g).needs_baseline] == ["graph", "boundary"]
+    assert [g for g in GROUPS if load(g).needs_baseline] == ["upstream", "graph", "boundary"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -67,6 +68,23 @@ def collect(dest: Path, llama_bin: Path, plan: Plan, worker: CMakeProject | None
             if not _is_executable(exe):
                 raise BuildError(f"the worker executable {exe} was not built")
             _copy(exe, dest)
+
+
+# a line of a CTestTestfile.cmake that CMake generates: add_test("name" "/path/to/exe" "arg" ...)
+_ADD_TEST = re.compile(r'^add_test\("(?:[^"\\]|\\.)*" "((?:[^"\\]|\\.)*)"', re.MULTILINE)
+
+
+def upstream_test_targets(build_dir: Path) -> list[str]:
+    """The targets of the executables the tests registered in build_dir run from its bin/ (read from the
+    CTestTestfile.cmake files CMake generated: CTest itself names no command whose executable is not built
+    yet); a target's executable is named after it there. A test that runs another program needs none."""
+    work_bin = build_dir / "bin"
+    found = set()
+    for testfile in build_dir.rglob("CTestTestfile.cmake"):
+        for command in _ADD_TEST.findall(testfile.read_text(errors="replace")):
+            if Path(command).parent == work_bin:
+                found.add(Path(command).name)
+    return sorted(found)
 
 
 def unregistered(declared: Mapping[str, str], registered: list[dict[str, Any]]) -> None:

@@ -59,7 +59,54 @@ def run(ctx: Context, request: Request, jobs: int | None = None) -> BuildOutcome
     return BuildOutcome(built, store.path(the_plan.digest), "built")
 
 
+def work_build(ctx: Context, request: Request, jobs: int | None = None) -> Path:
+    """The work build dir of what `request` asks for, brought back to its commit and built: what the last
+    `dgr build` of another series or prefix in the same work tree changed is rebuilt (nothing, when the last
+    build there was this one). Upstream's own tests run there (the `upstream` group of `dgr verify`): they
+    read the source tree (models/) beside it. Another build may move the tree once this returns."""
+    the_plan = plan(ctx, request)
+    store = BuildStore(ctx.cache)
+    with store.locked():
+        ctx.cache.clean_stale_tmp()
+        return _prepare(ctx, the_plan, jobs).build_dir
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A work tree checked out at the patched commit and built: what step 5 publishes."""
+
+    upstream_source: str
+    applied: apply.Applied
+    src: Path
+    build_dir: Path
+    llama: CMakeProject
+    worker: CMakeProject | None
+
+
 def _build(ctx: Context, plan: Plan, store: BuildStore, jobs: int | None = None) -> BuildManifest:
+    prepared = _prepare(ctx, plan, jobs)
+    src, build_dir, llama, worker = prepared.src, prepared.build_dir, prepared.llama, prepared.worker
+    compilers = _compilers_used(llama)
+
+    def fill(staging: Path) -> BuildManifest:
+        final_bin = store.path(plan.digest) / "bin"
+        artifacts.collect(staging / "bin", build_dir / "bin", plan, worker)
+        declared = {name: plan.test_patches.get(name, "a patch") for name in plan.native_tests}
+        tests = artifacts.native_test_files(staging, llama, declared, build_dir / "bin", final_bin)
+        return artifacts.manifest(
+            plan, prepared.upstream_source, prepared.applied, compilers, src, build_dir, tests
+        )
+
+    with log.step(f"publish {store.path(plan.digest)}"):
+        published = store.publish(plan.digest, fill)
+    locks.write_toml(
+        ctx.cache.state / _COMPILER_STATE, {"cc": compilers["cc"].version, "cxx": compilers["cxx"].version}
+    )
+    return published
+
+
+def _prepare(ctx: Context, plan: Plan, jobs: int | None = None) -> _Prepared:
+    """Steps 3 and 4: the series applied, the work tree at its commit, configured and built."""
     for backend in plan.request.gpu_backends:
         backends.require_build(backend)  # before any tree is touched
     pin = plan.pin
@@ -99,6 +146,16 @@ def _build(ctx: Context, plan: Plan, store: BuildStore, jobs: int | None = None)
         llama.configure()
     with log.step(f"ninja {' '.join(plan.targets)}"):
         llama.build_targets(plan.targets, jobs)
+    if plan.upstream_tests:
+        # known once configured: the executables of the tests CMake registers (tests/CMakeLists.txt)
+        tests = artifacts.upstream_test_targets(build_dir)
+        with log.step(f"ninja the {len(tests)} executables of upstream's own tests"):
+            failed = llama.build_what_builds(tests, jobs)
+        if failed:
+            # upstream's own test that does not build here (test-chat includes tools/ headers that
+            # LLAMA_BUILD_TOOLS=OFF leaves out): CTest finds no executable and the test fails, on the
+            # baseline as on the patched build, where the `upstream` group compares them
+            log.warn(f"{len(failed)} of upstream's test executables do not build: {', '.join(failed)}")
     worker: CMakeProject | None = None
     if plan.worker_files:
         # built from a copy in the work tree: where the repository lives changes neither the flags nor the
@@ -108,21 +165,7 @@ def _build(ctx: Context, plan: Plan, store: BuildStore, jobs: int | None = None)
         with log.step(f"configure and build the worker ({ctx.repo.rel(ctx.repo.worker_dir)})"):
             worker.configure()
             worker.build_targets([], jobs)
-    compilers = _compilers_used(llama)
-
-    def fill(staging: Path) -> BuildManifest:
-        final_bin = store.path(plan.digest) / "bin"
-        artifacts.collect(staging / "bin", build_dir / "bin", plan, worker)
-        declared = {name: plan.test_patches.get(name, "a patch") for name in plan.native_tests}
-        tests = artifacts.native_test_files(staging, llama, declared, build_dir / "bin", final_bin)
-        return artifacts.manifest(plan, upstream.source, applied, compilers, src, build_dir, tests)
-
-    with log.step(f"publish {store.path(plan.digest)}"):
-        published = store.publish(plan.digest, fill)
-    locks.write_toml(
-        ctx.cache.state / _COMPILER_STATE, {"cc": compilers["cc"].version, "cxx": compilers["cxx"].version}
-    )
-    return published
+    return _Prepared(upstream.source, applied, src, build_dir, llama, worker)
 
 
 def _sync_tree(source: Path, dest: Path, files: dict[str, str]) -> None:

@@ -27,9 +27,10 @@ from dgr.git import apply
 from dgr.series import patchfile
 from dgr.sources.upstream import select
 
-INPUTS_FORMAT = 3
+INPUTS_FORMAT = 4
 """2: the upstream as commit, tree and date (not the text of locks/upstream.toml), no manifest text;
-3: the series as the patches in order (names and digests), not the text of the order file (its comments)."""
+3: the series as the patches in order (names and digests), not the text of the order file (its comments);
+4: `upstream_tests`, whether the build also builds the executables of upstream's own tests."""
 # tests/CMakeLists.txt: `llama_build_and_test(<file>.cpp [NAME n] ...)` builds a target and registers its
 # test, `llama_test(<target> [NAME n] ...)` registers a test of a target built otherwise
 _NATIVE_TEST = re.compile(r"\b(llama_build_and_test|llama_test)\s*\(([^)]*)\)")
@@ -49,6 +50,10 @@ class Request:
     """Also build upstream's tools (locks/toolchain.toml [toolchain.tools]): perplexity, bench, RPC server."""
     backend: Backend = "cpu"
     """A GPU backend to build besides the CPU's (locks/toolchain.toml [toolchain.backends.NAME])."""
+    upstream_tests: bool = False
+    """Also build every executable upstream's own CTest tests run (tests/CMakeLists.txt), in the work build
+    dir where the `upstream` group of `dgr verify` runs them; never for a prefix of the series. `dgr build`
+    does not: they are not part of what it publishes."""
 
     @property
     def gpu_backends(self) -> tuple[str, ...]:
@@ -77,6 +82,13 @@ class Plan:
     worker_files: dict[str, str]
     inputs: dict[str, Any]
     digest: str
+
+    @property
+    def upstream_tests(self) -> bool:
+        """The build also builds the executables of upstream's own tests (found after configure: every
+        executable a registered CTest test runs); the inputs digest holds this flag, and the tree and the
+        options that decide those targets."""
+        return bool(self.inputs["upstream_tests"])
 
     @property
     def targets(self) -> list[str]:
@@ -201,6 +213,7 @@ def plan(ctx: Context, request: Request) -> Plan:
         ),
         "worker_options": worker_definitions(toolchain_lock, request.sanitize) if worker else {},
         "targets": [*toolchain_lock.base_targets, *targets, *tools],
+        "upstream_tests": request.upstream_tests and request.prefix is None,
     }
     return Plan(
         request=request,

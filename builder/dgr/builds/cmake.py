@@ -163,6 +163,31 @@ class CMakeProject:
             "incrementally",
         )
 
+    def build_what_builds(self, targets: list[str], jobs: int | None = None) -> list[str]:
+        """ninja -k 0 on `targets`: every one that can be built is; the targets that did not build are
+        returned, their executables in bin/ (stale, from an earlier build) removed so that nothing runs
+        them."""
+        if not targets:
+            return []
+        parallel = ["-j", str(jobs)] if jobs is not None else []
+        try:
+            proc.stream(
+                [self.toolchain.ninja, "-C", self.build, "-k", "0", *parallel, *targets],
+                env=self.env,
+                error=BuildError,
+                what="ninja -k 0",
+            )
+            return []
+        except BuildError:
+            pass
+        failed = []
+        for target in targets:
+            dry = proc.run([self.toolchain.ninja, "-C", self.build, "-n", target], error=BuildError)
+            if "no work to do" not in dry.stdout:
+                failed.append(target)
+                (self.build / "bin" / target).unlink(missing_ok=True)
+        return failed
+
     def cache_value(self, key: str) -> str | None:
         cache = self.build / "CMakeCache.txt"
         if not cache.is_file():

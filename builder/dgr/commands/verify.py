@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from dgr.builds import backends, build, buildplan, harness, reportstore
 from dgr.builds.cmake import Toolchain
@@ -66,7 +67,7 @@ def run_groups(
         try:
             with log.step(f"verify {group}"):
                 # a group that ran no check is a failed check of its own, not a pass
-                evidence = NATIVE if group in ("native", "series") else SYNTHETIC
+                evidence = NATIVE if group in ("native", "upstream", "series") else SYNTHETIC
                 checks = nonempty(group, "all", evidence, load(group).verify(session))
         except Exception as exc:
             detail = exc.render() if isinstance(exc, DgrError) else f"{type(exc).__name__}: {exc}"
@@ -141,12 +142,25 @@ def run(args: argparse.Namespace) -> int:
         )
         return build.run(ctx, request)
 
+    def work_build(upstream_only: bool) -> Path:
+        request = buildplan.Request(
+            upstream_only=upstream_only,
+            mirror=args.mirror,
+            upstream=args.upstream,
+            sanitize=sanitize,
+            backend="cpu" if upstream_only else args.backend,
+            upstream_tests=True,
+        )
+        return build.work_build(ctx, request)
+
     tracker = progress.Progress(groups, progress.last_report(ctx.cache, groups))
 
     def finished(part: str, checks: list[Check], seconds: float) -> None:
         log.detail(tracker.line(part, checks, seconds))
 
-    session = Session(env, toolchain.ctest, patched, baseline, build_prefix, on_part=finished)
+    session = Session(
+        env, toolchain.ctest, patched, baseline, build_prefix, work_build=work_build, on_part=finished
+    )
     results, error = run_groups(groups, session, finished)
 
     report = Report(

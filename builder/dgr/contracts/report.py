@@ -14,6 +14,7 @@ from dgr.errors import ConfigError
 # module dgr.verify.checks.<name> (its `GROUP`)
 Group = Literal[
     "native",
+    "upstream",
     "series",
     "archs",
     "graph",
@@ -51,10 +52,15 @@ class Check(convert.Record):
     figures: Mapping[str, Any] = field(default_factory=dict)
     detail: str = ""
     device_failure: bool = field(default=False, metadata=convert.OMIT_EMPTY)
+    upstream_failure: bool = field(default=False, metadata=convert.OMIT_EMPTY)
+    """Upstream's own test that fails on the unpatched baseline build as on the patched one (the `upstream`
+    group): not a pass, and no failure of the series; counted apart, like a device failure."""
 
     def __post_init__(self) -> None:
         if self.passed and self.device_failure:
             raise ConfigError(f"{self.id}: a device failure is not a passed check")
+        if self.upstream_failure and (self.passed or self.device_failure):
+            raise ConfigError(f"{self.id}: a failure on upstream too is neither a pass nor a device failure")
 
     @property
     def id(self) -> str:
@@ -62,21 +68,25 @@ class Check(convert.Record):
 
     @property
     def failed(self) -> bool:
-        """Neither passed nor a device failure."""
-        return not self.passed and not self.device_failure
+        """Neither passed nor a device failure nor a failure on upstream too."""
+        return not self.passed and not self.device_failure and not self.upstream_failure
 
     @property
     def outcome(self) -> str:
+        if self.upstream_failure:
+            return "FAILS UPSTREAM TOO"
         return "PASS" if self.passed else "DEVICE FAILURE" if self.device_failure else "FAIL"
 
 
 @dataclass(frozen=True)
 class Counts:
-    """How many checks passed, were device failures, failed: a device failure is never a pass."""
+    """How many checks passed, were device failures, failed on upstream too, failed: a device failure or a
+    failure on upstream too is never a pass."""
 
     passed: int
     device_failures: int
     failed: int
+    upstream_failures: int = 0
 
     @classmethod
     def of(cls, checks: Iterable[Check]) -> Counts:
@@ -85,11 +95,12 @@ class Counts:
             passed=sum(c.passed for c in found),
             device_failures=sum(c.device_failure for c in found),
             failed=sum(c.failed for c in found),
+            upstream_failures=sum(c.upstream_failure for c in found),
         )
 
     @property
     def total(self) -> int:
-        return self.passed + self.device_failures + self.failed
+        return self.passed + self.device_failures + self.upstream_failures + self.failed
 
     @property
     def ok(self) -> bool:
@@ -97,12 +108,15 @@ class Counts:
         return self.total > 0 and self.failed == 0
 
     def text(self) -> str:
-        """`160 passed, 1 device failure (driver), 0 failed`; `no checks: nothing was verified`."""
+        """`160 passed, 1 device failure (driver), 5 failing on upstream too, 0 failed`; `no checks: nothing
+        was verified`."""
         if not self.total:
             return "no checks: nothing was verified"
         n = self.device_failures
         device = f"{n} device failure{'s' if n != 1 else ''} (driver), " if n else ""
-        return f"{self.passed} passed, {device}{self.failed} failed"
+        u = self.upstream_failures
+        upstream = f"{u} failing on upstream too, " if u else ""
+        return f"{self.passed} passed, {device}{upstream}{self.failed} failed"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from dgr.contracts.report import NATIVE, Check
@@ -26,12 +28,43 @@ def _failed(name: str, figures: dict[str, object], detail: str) -> TestRun:
     )
 
 
-def run(ctest: Path, build_dir: Path) -> TestRun:
-    """Run every test of build_dir/CTestTestfile.cmake; one Check per test, from CTest's JUnit report."""
-    if not (build_dir / "CTestTestfile.cmake").is_file():
-        return _failed(
-            "ctest", {}, f"{build_dir} has no CTestTestfile.cmake: the build registered no native tests"
+@dataclass(frozen=True)
+class CaseResult:
+    """One test case of CTest's JUnit report."""
+
+    name: str
+    passed: bool
+    status: str
+    time_s: float
+    output: str
+
+
+def parse_junit(root: ET.Element) -> list[CaseResult]:
+    """The test cases of CTest's JUnit report: a case passes when CTest ran it ("run") and recorded no
+    failure or error; "notrun", "disabled" and a failed fixture are no pass."""
+    cases = []
+    for case in root.iter("testcase"):
+        status = case.get("status", "")
+        failed = (
+            status not in ("run", "") or case.find("failure") is not None or case.find("error") is not None
         )
+        cases.append(
+            CaseResult(
+                name=case.get("name", "?"),
+                passed=not failed,
+                status=status or "run",
+                time_s=float(case.get("time", 0.0)),
+                output=_NON_XML_ESC.sub("\x1b", case.findtext("system-out") or ""),
+            )
+        )
+    return cases
+
+
+def ctest(
+    ctest: Path, build_dir: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> tuple[list[CaseResult] | None, str]:
+    """Run CTest in build_dir with `args` (test selection); its cases from the JUnit report, or None and the
+    tail of its output when it wrote none."""
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "ctest.xml"
         result = proc.run(
@@ -48,37 +81,42 @@ def run(ctest: Path, build_dir: Path) -> TestRun:
                 _OUTPUT_LIMIT,
                 "--timeout",
                 "900",
+                *args,
             ],
+            env=env,
             check=False,
             error=DgrError,
             what="ctest",
         )
+        output = (result.stdout + result.stderr)[-2000:]
         if not junit.is_file():
-            return _failed("ctest", {"exit_code": result.returncode}, (result.stdout + result.stderr)[-2000:])
-        root = ET.parse(junit).getroot()
-    checks = []
-    outputs = {}
-    for case in root.iter("testcase"):
-        name = case.get("name", "?")
-        status = case.get("status", "")
-        failed = (
-            status not in ("run", "") or case.find("failure") is not None or case.find("error") is not None
+            return None, f"ctest exited {result.returncode} with no JUnit report:\n{output}"
+        return parse_junit(ET.parse(junit).getroot()), output
+
+
+def run(ctest_bin: Path, build_dir: Path) -> TestRun:
+    """Run every test of build_dir/CTestTestfile.cmake; one Check per test, from CTest's JUnit report."""
+    if not (build_dir / "CTestTestfile.cmake").is_file():
+        return _failed(
+            "ctest", {}, f"{build_dir} has no CTestTestfile.cmake: the build registered no native tests"
         )
-        output = _NON_XML_ESC.sub("\x1b", case.findtext("system-out") or "")
-        outputs[name] = output
-        checks.append(
-            Check(
-                group="native",
-                name=name,
-                evidence=NATIVE,
-                passed=not failed,
-                figures={"time_s": float(case.get("time", 0.0)), "status": status or "run"},
-                detail=output[-2000:] if failed else "",
-            )
+    cases, output = ctest(ctest_bin, build_dir)
+    if cases is None:
+        return _failed("ctest", {}, output)
+    checks = [
+        Check(
+            group="native",
+            name=c.name,
+            evidence=NATIVE,
+            passed=c.passed,
+            figures={"time_s": c.time_s, "status": c.status},
+            detail="" if c.passed else c.output[-2000:],
         )
+        for c in cases
+    ]
     if not checks:
         return _failed("ctest", {}, "CTest ran no test")
-    return TestRun(checks, outputs)
+    return TestRun(checks, {c.name: c.output for c in cases})
 
 
 def _verify(session: Session) -> list[Check]:

@@ -75,7 +75,7 @@ class Progress:
         names = ", ".join(c.name for c in failed[:3]) + (
             f" and {len(failed) - 3} more" if len(failed) > 3 else ""
         )
-        if not checks or counts.device_failures:
+        if not checks or counts.device_failures or counts.upstream_failures:
             what = counts.text() + (f": {names}" if failed else "")
         elif failed:
             what = f"{len(failed)} of {len(checks)} checks failed: {names}"

@@ -43,6 +43,9 @@ class Session:
     build_prefix: Callable[[int], Built]
     """The build of the first k patches of the series (cached by its own inputs digest)."""
     native_ran: TestRun | None = None
+    work_build: Callable[[bool], Path] | None = None
+    """The work build dir of the baseline (True) or of the patched build (False), brought to the build's
+    commit and built (dgr.builds.build.work_build): where upstream's own tests run."""
     durations: dict[str, float] = field(default_factory=dict)
     on_part: Callable[[str, list[Check], float], None] | None = None
     """Called as each timed part finishes, with its name, checks and seconds (`dgr verify`'s progress)."""
