@@ -78,6 +78,18 @@ def test_native_tests_ran_from_ctest(verify_run: Any) -> None:
     assert all(c["evidence"] == "native test" and c["passed"] for c in native.values())
 
 
+def test_upstreams_own_suite_passes_on_the_patched_build_where_it_passes_on_the_baseline(
+    verify_run: Any,
+) -> None:
+    upstream = checks_of(verify_run[1], "upstream")
+    assert len([n for n in upstream if n.startswith("main/")]) >= 40
+    assert {n.split("/")[0] for n in upstream} == {"main", "model@smollm2", "model@gemma3"}
+    # a test that does not pass is one that fails on the baseline too, never one the series broke
+    assert all(c["passed"] or c.get("upstream_failure") for c in upstream.values())
+    # four sequences in parallel on a real model, the download fixture replaced by the locked model
+    assert upstream["main/test-thread-safety"]["figures"] == {"baseline": "pass", "patched": "pass"}
+
+
 def test_every_prefix_of_the_series_builds_and_passes_its_own_tests(verify_run: Any) -> None:
     series = checks_of(verify_run[1], "series")
     assert sorted(series) == ["prefix-1", "prefix-2", "prefix-3", "prefix-4", "prefix-5"]
