@@ -100,7 +100,7 @@ def test_dgr_check_refuses_a_hand_edit_of_a_generated_hunk_naming_the_rule(
             shutil.copy(source, repo / name)
     patch = repo / "patches" / "layer-inputs.patch"
     text = patch.read_text()
-    start = text.index("+++ b/src/models/gemma2.cpp")
+    start = text.index("+++ b/src/models/qwen3vl.cpp")
     line = "+        inpL = build_layer_inp(il, inpL);"
     at = text.index(line, start)
     patch.write_text(
@@ -111,7 +111,7 @@ def test_dgr_check_refuses_a_hand_edit_of_a_generated_hunk_naming_the_rule(
     result = run_dgr("check", env=env)
     assert result.returncode == 7, result.stdout + result.stderr
     assert (
-        "patches/layer-inputs.patch: generated: src/models/gemma2.cpp is not the output of the rule "
+        "patches/layer-inputs.patch: generated: src/models/qwen3vl.cpp is not the output of the rule "
         "layer-inputs (1 file(s) of src/models/ differ)"
     ) in result.stdout
     assert result.stdout.rstrip().endswith("dgr check: 1 problem(s)")
