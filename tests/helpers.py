@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from dgr.builds import harness, reportstore
+from dgr.builds.cmake import Compiler, Toolchain
 from dgr.contracts.report import GROUPS, Group
 from dgr.core.paths import Repo, find_repo_root
 
@@ -251,3 +252,16 @@ def write_report(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2))
     return path
+
+
+def fake_toolchain(cc: str = "gcc 12.2", cxx: str = "g++ 12.2") -> Toolchain:
+    """The pinned tools by their bare names (no process is started with them), with the given compilers."""
+    return Toolchain(
+        Path("cmake"),
+        Path("ctest"),
+        Path("ninja"),
+        "4.4.5",
+        "1.13.2",
+        Compiler("/usr/bin/gcc", cc),
+        Compiler("/usr/bin/g++", cxx),
+    )

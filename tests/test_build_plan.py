@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 from dgr.builds import build, buildplan
-from dgr.builds.cmake import CMakeProject, Compiler, Toolchain
+from dgr.builds.cmake import CMakeProject
 from dgr.cli import build_parser, main
 from dgr.core.paths import Context
 from dgr.series import patchfile
 
-from tests.helpers import FIXTURES, write_manifest
+from tests.helpers import FIXTURES, fake_toolchain, write_manifest
 
 ADDS_TESTS = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: A <a@b>
@@ -127,15 +127,7 @@ def test_tampered_series_refused_before_planning(repo: Path) -> None:
 def test_compiler_change_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = tmp_path / "last-compiler.toml"
     state.write_text('cc = "gcc (old) 11.0"\ncxx = "g++ (old) 11.0"\n')
-    toolchain = Toolchain(
-        Path("cmake"),
-        Path("ctest"),
-        Path("ninja"),
-        "4.4.5",
-        "1.13.2",
-        Compiler("/usr/bin/gcc", "gcc (new) 12.2"),
-        Compiler("/usr/bin/g++", "g++ (old) 11.0"),
-    )
+    toolchain = fake_toolchain("gcc (new) 12.2", "g++ (old) 11.0")
     build._warn_if_compiler_changed(state, toolchain)
     err = capsys.readouterr().err
     assert "the cc compiler changed since the last build: was 'gcc (old) 11.0', now 'gcc (new) 12.2'" in err
@@ -154,15 +146,7 @@ def test_jobs_go_to_ninja_and_not_into_the_digest(
     monkeypatch.setattr(
         "dgr.core.proc.stream", lambda cmd, **kwargs: calls.append([str(c) for c in cmd]) or []
     )
-    toolchain = Toolchain(
-        Path("cmake"),
-        Path("ctest"),
-        Path("ninja"),
-        "4.4.5",
-        "1.13.2",
-        Compiler("/usr/bin/gcc", "gcc 12.2"),
-        Compiler("/usr/bin/g++", "g++ 12.2"),
-    )
+    toolchain = fake_toolchain()
     project = CMakeProject(toolchain, tmp_path / "src", tmp_path / "build", "Release", {})
     project.build_targets(["llama"], 3)
     project.build_targets(["llama"])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from dgr.builds import artifacts, buildplan
-from dgr.builds.cmake import CMakeProject, Compiler, Toolchain
+from dgr.builds.cmake import CMakeProject
 from dgr.contracts.report import Check, Counts, Report
 from dgr.core.paths import Context
 from dgr.errors import BuildError, ConfigError, VerifyError
@@ -26,6 +26,8 @@ from dgr.verify.checks.report import junit_xml, table
 from dgr.verify.checks.session import Session
 from dgr.verify.models.env import Env, RealModel
 from dgr.verify.models.inventory import Inventory
+
+from tests.helpers import fake_toolchain
 
 
 def case(name: str, passed: bool, status: str = "run", output: str = "") -> CaseResult:
@@ -164,16 +166,7 @@ def test_the_targets_of_upstream_tests_are_the_executables_in_bin(tmp_path: Path
 def test_upstream_tests_that_do_not_build_are_named_and_never_run_stale(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    toolchain = Toolchain(
-        Path("cmake"),
-        Path("ctest"),
-        Path("ninja"),
-        "4.4.5",
-        "1.13.2",
-        Compiler("cc", "c"),
-        Compiler("c++", "c"),
-    )
-    project = CMakeProject(toolchain, tmp_path / "src", tmp_path / "build", "Release", {})
+    project = CMakeProject(fake_toolchain(), tmp_path / "src", tmp_path / "build", "Release", {})
     (tmp_path / "build" / "bin").mkdir(parents=True)
     for exe in ("test-chat", "test-sampling"):
         (tmp_path / "build" / "bin" / exe).write_text("an earlier build's executable")
