@@ -105,11 +105,9 @@ class CommitFacts:
 
 
 @dataclass(frozen=True)
-class BranchTest:
+class BranchTest(NativeTest):
     """A native test on the branch of a pull request, and where it comes from."""
 
-    name: str
-    target: str
     added_by: int
     """The number of the pull request that adds it."""
     commit: int | None
