@@ -13,8 +13,9 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
-_DIFF_GIT = re.compile(r"^diff --git a/(.+?) b/(.+)$")
-_HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+from dgr.git.rangediff import HUNK
+from dgr.series.patchfile import DIFF_GIT
+
 _OPEN = re.compile(r"^\s*(?:typedef\s+)?(struct|enum|union)\s*(\w+)?\s*(?::\s*\w+\s*)?\{")
 _FUNCTION_NAME = re.compile(r"(\w+)\s*\(")
 
@@ -60,12 +61,12 @@ def added_lines(patch_text: str) -> dict[str, list[tuple[int, str]]]:
                 old_left -= 1
                 new_left -= 1
             continue
-        if match := _DIFF_GIT.match(line):
+        if match := DIFF_GIT.match(line):
             current = files.setdefault(match.group(2), [])
-        elif (match := _HUNK.match(line)) and current is not None:
-            old_left = int(match.group(1) or 1)
-            line_no = int(match.group(2))
-            new_left = int(match.group(3) or 1)
+        elif (match := HUNK.match(line)) and current is not None:
+            old_left = int(match.group(2) or 1)
+            line_no = int(match.group(3))
+            new_left = int(match.group(4) or 1)
     return files
 
 

@@ -15,7 +15,7 @@ from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.export.apisurface import Item
 from dgr.export.branches import Stat
 from dgr.export.measured import Measured
-from dgr.export.upstream_package import UpstreamConventions
+from dgr.export.upstream_package import LineGlobs, UpstreamConventions
 
 
 @dataclass(frozen=True)
@@ -105,11 +105,9 @@ class CommitFacts:
 
 
 @dataclass(frozen=True)
-class BranchTest:
+class BranchTest(NativeTest):
     """A native test on the branch of a pull request, and where it comes from."""
 
-    name: str
-    target: str
     added_by: int
     """The number of the pull request that adds it."""
     commit: int | None
@@ -156,12 +154,6 @@ class PullFacts:
     """A commit of this or an earlier pull request adds public API."""
     ctest_regex: str
     prefix: Prefix | None
-
-
-@dataclass(frozen=True)
-class LineGlobs:
-    tests: tuple[str, ...]
-    mechanical: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ from dgr.export.context import (
     CommitFacts,
     HeaderApi,
     LineCounts,
-    LineGlobs,
     NativeTest,
     PackageContext,
     PinFacts,
@@ -427,7 +426,7 @@ def context(
         model=model,
         cmake_options=tuple(_cmake_options(plan.toolchain_lock)),
         questions=config.questions,
-        line_globs=LineGlobs(tests=config.test_paths, mechanical=config.mechanical_paths),
+        line_globs=config.line_globs,
     )
 
 

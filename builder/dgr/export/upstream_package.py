@@ -96,6 +96,22 @@ class UpstreamConventions:
 
 
 @dataclass(frozen=True)
+class LineGlobs:
+    """The files whose changed lines count apart (`test_paths`, `mechanical_paths` of package.toml)."""
+
+    tests: tuple[str, ...] = DEFAULT_TEST_PATHS
+    mechanical: tuple[str, ...] = DEFAULT_MECHANICAL_PATHS
+
+    def kind(self, path: str) -> LineKind:
+        """What the changed lines of `path` count as: tests, mechanical, else hand-written core."""
+        if any(glob_match(g, path) for g in self.tests):
+            return "tests"
+        if any(glob_match(g, path) for g in self.mechanical):
+            return "mechanical"
+        return "core"
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     deny_words: tuple[str, ...]
@@ -105,19 +121,14 @@ class Config:
     pulls: tuple[Pull, ...]
     concerns: tuple[Concern, ...]
     questions: tuple[str, ...]
-    mechanical_paths: tuple[str, ...] = DEFAULT_MECHANICAL_PATHS
-    test_paths: tuple[str, ...] = DEFAULT_TEST_PATHS
+    line_globs: LineGlobs = field(default_factory=LineGlobs)
 
     def concern(self, patch: str) -> Concern | None:
         return next((c for c in self.concerns if c.patch == patch), None)
 
     def line_kind(self, path: str) -> LineKind:
         """What the changed lines of `path` count as: tests, mechanical, else hand-written core."""
-        if any(glob_match(g, path) for g in self.test_paths):
-            return "tests"
-        if any(glob_match(g, path) for g in self.mechanical_paths):
-            return "mechanical"
-        return "core"
+        return self.line_globs.kind(path)
 
 
 def title_problems(title: str) -> list[str]:
@@ -212,8 +223,7 @@ def load_config(path: Path, series: list[str]) -> Config:
         tuple(Pull(i + 1, p.branch, p.title, p.patches, p.why.strip()) for i, p in enumerate(doc.pulls)),
         tuple(sorted(doc.concerns, key=lambda c: series.index(c.patch))),
         doc.discussion.questions,
-        doc.mechanical_paths,
-        doc.test_paths,
+        LineGlobs(tests=doc.test_paths, mechanical=doc.mechanical_paths),
     )
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from dgr.git import gitops
 
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+"""A hunk's header: the old start and count, the new start and count (a count of 1 left out)."""
 
 
 CREATION_FACTOR = 100
@@ -94,7 +95,7 @@ def changes(git_dir: Path, old: str, new: str) -> tuple[list[Line], list[Region]
             name = raw.rsplit(" and ", 1)[-1].removesuffix(" differ").removeprefix("b/")
             lines.append(Line(name, "+", "<binary>", (1, 1 << 30), raw))
             regions.append(Region(name, (1, 1 << 30), (1, 1 << 30)))
-        elif match := _HUNK.match(raw):
+        elif match := HUNK.match(raw):
             a, b, c, d = (int(g) if g is not None else 1 for g in match.groups())
             header = raw[: match.end()]
             at_old, old_span = a, _span(a, b)

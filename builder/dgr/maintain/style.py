@@ -21,11 +21,11 @@ from dgr.core import log, proc
 from dgr.core.paths import Context, Repo
 from dgr.errors import ConfigError
 from dgr.git import apply, gitops
+from dgr.git.rangediff import HUNK
 from dgr.maintain import rules
 from dgr.series import generated as generated_patches
 from dgr.sources.upstream import obtain, select
 
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _FILE = re.compile(r"^\+\+\+ b/(.+)$")
 _FIELD_COMMENT = re.compile(r"=\*/\s*")
 FIX_HINT = (
@@ -50,7 +50,7 @@ def _added_lines(worktree: Path, parent: str, commit: str) -> dict[str, set[int]
     for line in out.splitlines():
         if m := _FILE.match(line):
             current = added.setdefault(m.group(1), set())
-        elif (m := _HUNK.match(line)) and current is not None:
+        elif (m := HUNK.match(line)) and current is not None:
             start, count = int(m.group(3)), int(m.group(4) or 1)
             current.update(range(start, start + count))
     return added
@@ -81,7 +81,7 @@ def _hunks(diff: str) -> Iterator[_Hunk]:
             in_hunk, removed, added = False, [], []
         elif m := _FILE.match(line):
             file = m.group(1)
-        elif m := _HUNK.match(line):
+        elif m := HUNK.match(line):
             yield from flush()
             in_hunk, first, removed, added = True, int(m.group(1)), [], []
         elif in_hunk and line.startswith("-"):
@@ -98,7 +98,7 @@ def _removed_line_numbers(diff: str) -> dict[tuple[str, int], list[int]]:
     for line in diff.splitlines():
         if m := _FILE.match(line):
             file = m.group(1)
-        elif m := _HUNK.match(line):
+        elif m := HUNK.match(line):
             key, line_no = (file, int(m.group(1))), int(m.group(1))
             numbers[key] = []
         elif key[0] and line.startswith("-") and not line.startswith("---"):
