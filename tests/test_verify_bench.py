@@ -8,8 +8,9 @@ import re
 from typing import Any
 
 import pytest
-from dgr.builds import buildtime
+from dgr.builds import buildplan, buildtime
 from dgr.contracts.bench import BENCH_FORMAT, BenchResult, CodecSpeed
+from dgr.core.paths import Context
 from dgr.errors import BenchError, ConfigError
 from dgr.verify.bench import report, split
 
@@ -128,6 +129,14 @@ OLDER_COMMITTED = pytest.mark.xfail(
     reason="docs/bench/bench.json was made by an older dgr: rerun `dgr bench --rpc` and commit its output",
     strict=True,
 )
+
+
+def test_the_committed_bench_is_of_the_current_series() -> None:
+    """docs/bench/bench.json was measured on the inputs `dgr build` builds now (the pin, the series, the
+    toolchain): rerun `dgr bench --rpc` and commit its output whenever the series changes."""
+    digest = buildplan.plan(Context.discover(), buildplan.Request()).digest
+    assert COMMITTED["inputs_digest"] == digest, "docs/bench/bench.json is the bench of other inputs"
+    assert COMMITTED["quick"] is False and "rpc" in COMMITTED and COMMITTED["rpc"]["paired"]
 
 
 @OLDER_COMMITTED

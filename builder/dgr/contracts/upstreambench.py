@@ -180,6 +180,20 @@ class RpcRow(convert.Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RpcPaired(convert.Record):
+    """Layer ranges over RPC for one number of processes, in paired alternating rounds (one round: the RPC
+    servers started with an empty tensor cache, then again with it filled, and the chain of range processes;
+    the chain runs after the RPC pair in even rounds and before it in odd ones): ranges / RPC of the later
+    start, per round."""
+
+    processes: int
+    prefill: Paired
+    """Prompt tokens/s of the ranges / of RPC."""
+    decode: Paired
+    """Decoded tokens/s of the ranges / of RPC."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Rpc(convert.Record):
     """`rpc` (`dgr bench --rpc`): the whole model through upstream's RPC backend (local `ggml-rpc-server`
     processes) beside a chain of processes that each load one range of layers."""
@@ -197,6 +211,9 @@ class Rpc(convert.Record):
     reference_output: str | None = field(default=None, metadata=convert.OMIT_NONE)
     """The unsplit model's greedy output, which every row is compared with (`same_output`)."""
     rows: tuple[RpcRow, ...]
+    """Per configuration, the repetition fastest to the first token."""
+    paired: tuple[RpcPaired, ...] = field(default=(), metadata=convert.OMIT_EMPTY)
+    """Ranges / RPC per number of processes, as paired alternating rounds (absent in results of older dgr)."""
 
     NON_EMPTY = ("rows",)
 

@@ -3,7 +3,7 @@
 
 Every label says what its figure is: a ratio is the median of paired rounds (beside it the spread min-max of
 the rounds and the best-of), a build time is one run of each side, an RPC row is the repetition fastest to
-the first token."""
+the first token, and ranges against RPC are paired alternating rounds."""
 
 from __future__ import annotations
 
@@ -99,6 +99,15 @@ def upstream_lines(r: BenchResult) -> list[str]:
         f"the RPC backend beside layer ranges, each row the one of {reps} fastest to the first token",
     ]
     header = "engine | processes | start | bytes before 1st token | TTFT s | prefill t/s | decode t/s | same"
+    if r.rpc.paired:
+        n = len(r.rpc.paired[0].decode.rounds)
+        lines.append(
+            f"layer ranges / RPC (later start), median (min-max, best) of {n} paired alternating rounds:"
+        )
+        lines += [
+            f"  {p.processes} processes: prefill {p.prefill.text()}, decode {p.decode.text()}"
+            for p in r.rpc.paired
+        ]
     return lines + table(
         header,
         [

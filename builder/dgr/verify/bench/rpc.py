@@ -33,8 +33,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from dgr.contracts.paired import Paired
 from dgr.core import proc
 from dgr.errors import BenchError
+from dgr.verify.bench import paired
 from dgr.verify.bench.quality import tool_env
 from dgr.verify.models import inventory, prompts
 from dgr.verify.wire import frames
@@ -275,9 +277,11 @@ def measure(
     n_decode: int = DECODE_TOKENS,
     reps: int = 3,
 ) -> dict[str, Any]:
-    """(a) and (b) side by side, with the same prompt, threads and decoded tokens: `reps` rounds of every
-    configuration in turn (whole, ranges k, RPC k first start, RPC k later start), the best round of each
-    for the figures; `same_output` holds only if the output of every repetition is the whole model's."""
+    """(a) and (b) side by side, with the same prompt, threads and decoded tokens: `reps` rounds, each of the
+    whole model, then per k of RPC k (first start, then later start) and ranges k in alternating order (RPC
+    first in even rounds). `rows`: the round fastest to the first token of each configuration; `paired`:
+    ranges k / RPC k later start, per round (dgr.contracts.paired); `same_output` holds only if the output of
+    every repetition is the whole model's."""
     env = tool_env(tools, HEAD, build_dir) | tool_env(tools, SERVER, build_dir)
     text = prompts.LONG
     with Pipeline(worker, model, [(0, n_layer)], threads=threads, n_ctx=512, max_sessions=1) as whole:
@@ -295,9 +299,24 @@ def measure(
 
     reference: list[int] = []
     reference_text = ""
+    # per number of processes, the (RPC later start, ranges) rows of each round
+    rounds: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = {k: [] for k in splits}
     with tempfile.TemporaryDirectory(prefix="rpc-cache-") as tmp:
         cache = Path(tmp) / "cache"
-        for _ in range(reps):
+
+        def rpc_side(k: int) -> dict[str, Any]:
+            shutil.rmtree(cache, ignore_errors=True)  # the first start: an empty tensor cache
+            for start in ("first", "later"):
+                row, out = _rpc_run(tools, env, model, k, threads, text, n_decode, cache, start)
+                keep(row, out.strip() == reference_text.strip())
+            return row
+
+        def ranges_side(k: int) -> dict[str, Any]:
+            row, tokens = _ranges_run(worker, model, inventory.split(n_layer, k), prompt, n_decode, threads)
+            keep(row, tokens == reference)
+            return row
+
+        for r in range(reps):
             row, tokens = _ranges_run(worker, model, [(0, n_layer)], prompt, n_decode, threads)
             if not reference:
                 reference = tokens
@@ -305,14 +324,11 @@ def measure(
                     reference_text = w.detokenize(reference)
             keep(row, tokens == reference)
             for k in splits:
-                row, tokens = _ranges_run(
-                    worker, model, inventory.split(n_layer, k), prompt, n_decode, threads
-                )
-                keep(row, tokens == reference)
-                shutil.rmtree(cache, ignore_errors=True)  # the first start: an empty tensor cache
-                for start in ("first", "later"):
-                    row, out = _rpc_run(tools, env, model, k, threads, text, n_decode, cache, start)
-                    keep(row, out.strip() == reference_text.strip())
+                sides = (rpc_side, ranges_side)
+                got: dict[int, dict[str, Any]] = {}
+                for side in paired.order(r):  # neither side always runs first
+                    got[side] = sides[side](k)
+                rounds[k].append((got[0], got[1]))
     order = [("whole", 1, "cold")] + [
         key for k in splits for key in (("ranges", k, "cold"), ("rpc", k, "first"), ("rpc", k, "later"))
     ]
@@ -331,4 +347,12 @@ def measure(
         "reps": reps,
         "reference_output": reference_text,
         "rows": rows,
+        "paired": [
+            {
+                "processes": k,
+                "prefill": Paired.of([(a["prefill_tps"], b["prefill_tps"]) for a, b in rounds[k]]).to_json(),
+                "decode": Paired.of([(a["decode_tps"], b["decode_tps"]) for a, b in rounds[k]]).to_json(),
+            }
+            for k in splits
+        ],
     }
