@@ -136,6 +136,17 @@ def test_the_build_manifest_reads_back_from_toml() -> None:
     assert list(written.to_json())[:3] == ["build", "upstream", "patched"]
 
 
+def test_the_manifest_reads_back_from_what_dgr_build_json_prints() -> None:
+    """`dgr build --json` prints the manifest with `path` and `status` (the bench's build timing reads it)."""
+    written = manifest()
+    printed = {**written.to_json(), "path": "/c/builds/d", "status": "built"}
+    assert BuildManifest.from_printed(printed) == written
+    with pytest.raises(ConfigError, match="unknown key `pth`"):
+        BuildManifest.from_printed({**printed, "pth": "/x"})
+    with pytest.raises(ConfigError, match="no status"):
+        BuildManifest.from_printed({**written.to_json(), "path": "/c/builds/d"})
+
+
 def test_a_published_build_with_a_malformed_manifest_is_removed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

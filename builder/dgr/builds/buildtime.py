@@ -64,7 +64,7 @@ def measure(ctx: Context, quick: bool) -> dict[str, float | str]:
                 shutil.copytree(src, Path(tmp) / "cache" / name, symlinks=True)
         cold_dgr, _ = _timed_build(env, "--upstream-only", what="cold dgr build failed")
         printed = proc.run([sys.executable, "-m", "dgr", "build", "--upstream-only", "--json"], env=env)
-        baseline = BuildManifest.from_json(json.loads(printed.stdout), "dgr build --upstream-only --json")
+        baseline = BuildManifest.from_printed(json.loads(printed.stdout), "dgr build --upstream-only --json")
         src = Path(baseline.build.source_dir)
         plain = Path(tmp) / "plain"
         defs = [f"-D{k}={v}" for k, v in baseline.cmake_options.items() if "{" not in v]

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from dgr.builds import build, buildplan
+from dgr.contracts.buildmanifest import PRINTED
 from dgr.core.paths import Context
 from dgr.errors import EXIT_OK, UsageError
 
@@ -25,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--prefix applies to the series, not to --upstream-only builds")
     result = build.run(ctx, request, args.jobs)
     if args.json:
-        report = {**result.manifest.to_json(), "path": str(result.path), "status": result.status}
+        printed = dict(zip(PRINTED, (str(result.path), result.status), strict=True))
+        report = {**result.manifest.to_json(), **printed}
         print(json.dumps(report, indent=2))
     else:
         print(result.path)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 
 from dgr.contracts import convert
+from dgr.errors import ConfigError
 
 BuildStatus = Literal["built", "cached"]
 
@@ -89,3 +90,16 @@ class BuildManifest(convert.Record):
     @classmethod
     def from_json(cls, data: Any, where: str = "build manifest") -> Self:
         return convert.from_json(cls, data, where)
+
+    @classmethod
+    def from_printed(cls, data: Any, where: str = "dgr build --json") -> Self:
+        """The manifest in what `dgr build --json` prints: the manifest's keys and `PRINTED`."""
+        fields = convert.mapping(data, where)
+        missing = [k for k in PRINTED if k not in fields]
+        if missing:
+            raise ConfigError(f"{where}: no {' and no '.join(missing)}: not the output of `dgr build --json`")
+        return cls.from_json({k: v for k, v in fields.items() if k not in PRINTED}, where)
+
+
+PRINTED = ("path", "status")
+"""What `dgr build --json` prints beside the manifest: the build's directory and whether it was built."""
