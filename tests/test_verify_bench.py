@@ -52,6 +52,19 @@ def codec(gbps: float, ratio: float) -> dict[str, Any]:
     }
 
 
+def parts(step_ms: float, process_ms: float) -> dict[str, Any]:
+    return {
+        "step_ms": step_ms,
+        "wait_ms": 1.0,
+        "read_ms": 0.01,
+        "parse_ms": 0.02,
+        "process_ms": process_ms,
+        "output_ms": 0.03,
+        "write_ms": 0.04,
+        "graphs_reused": 0.875,
+    }
+
+
 RESULT: dict[str, Any] = {
     "format": 2,
     "machine": {"date": "2026-11-30T00:00:00Z", "cpu": "test cpu", "cores": 2, "platform": "", "python": ""},
@@ -79,6 +92,8 @@ RESULT: dict[str, Any] = {
                 whole_step_ms=7.5,
                 shard_step_ms=[8.0 / k] * k,
                 round_trip_ms=0.02,
+                whole_parts=parts(7.5, 6.0),
+                shard_parts=[parts(8.0 / k, 6.0 / k) for _ in range(k)],
             ),
             "shards": k,
         }
@@ -112,9 +127,22 @@ def test_report_lists_every_measurement() -> None:
     assert "codec / memcpy: C++ 0.625 (0.615-0.645, best 0.630) (best 5.00 vs 8.00 GB/s)" in text
     assert "- workers_decode >= 0.9: MISSED (m.gguf 0.880)" in text
     assert "- 5: 7.50 | 1.60 + 1.60 + 1.60 + 1.60 + 1.60 | 0.020" in text
+    # where each worker's step went, beside the whole model's; the rest of the step is the transport
+    assert "| 5 | whole | 7.500 | 1.000 | 0.010 | 0.020 | 6.000 | 0.030 | 0.040 | 0.88 | 1.400 |" in text
+    assert "| 5 | 5 | 1.600 | 1.000 | 0.010 | 0.020 | 1.200 | 0.030 | 0.040 | 0.88 | 0.300 |" in text
     assert "| [10, 20) | 0.38 | 1.0 MiB | 1.0 MiB | 2.0 MiB | 0.38 |" in text
     # a build time is one run of each side, no median of rounds: the label says so
     assert "\nbuild, 1 run each: no-op dgr 0.20 s vs ninja 0.05 s\n" in text
+
+
+def test_a_worker_timing_of_other_requests_than_the_steps_is_refused() -> None:
+    timing = {"n_requests": 3, "graphs_reused": 2, "wait_us": 1.0, "read_us": 1.0, "parse_us": 1.0}
+    timing |= {"process_us": 4000.0, "output_us": 1.0, "write_us": 1.0}
+    assert split._parts(timing, 0.015, 3).process_ms == pytest.approx(4000.0 / 1e3 / 3)
+    with pytest.raises(BenchError, match="2 decode requests timed, 3 sent"):
+        split._parts(timing | {"n_requests": 2}, 0.015, 3)
+    with pytest.raises(BenchError, match="timing of its decode requests"):
+        split._parts({"n_requests": 3}, 0.015, 3)
 
 
 def test_an_older_result_is_refused_saying_to_rerun_the_bench() -> None:

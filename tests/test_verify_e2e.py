@@ -334,6 +334,12 @@ def test_bench_quick_reports_every_key(real_cache: Path, real_build: dict[str, A
         # one figure per worker of the chain; the round trip that does no work is below any real step
         assert len(step["shard_step_ms"]) == row["shards"]
         assert 0 < step["round_trip_ms"] < min(step["shard_step_ms"]) < step["whole_step_ms"]
+        # where each worker's step went: its own parts fit in the step the supervisor timed
+        parts = [step["whole_parts"], *step["shard_parts"]]
+        assert len(parts) == row["shards"] + 1
+        for part in parts:
+            inside = sum(part[k] for k in ("read_ms", "parse_ms", "process_ms", "output_ms", "write_ms"))
+            assert 0 < part["process_ms"] < inside < part["step_ms"] and part["graphs_reused"] > 0.5
     assert out["codec"]["cpp"]["codec_gbps"] > 0 and "zero_copy_decode" not in out["codec"]["cpp"]
     assert out["memory"][0]["layers"] == [0, 30] and out["memory"][1]["peak_rss_fraction"] < 1
     assert (tmp_path / "bench.json").is_file() and (tmp_path / "memory.png").read_bytes()[:4] == b"\x89PNG"
@@ -345,6 +351,34 @@ def test_bench_quick_reports_every_key(real_cache: Path, real_build: dict[str, A
     assert [r["layers"] for r in gemma["memory"]] == [[0, 18], [6, 12]]
     assert gemma["memory"][1]["peak_rss_fraction"] < 0.5  # a middle third holds neither end of the head
     assert (tmp_path / "memory-gemma3.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_worker_times_its_decode_requests(worker_bin: Path, real_cache: Path) -> None:
+    """`timing` accounts for the decode requests since the last one (a refused one and other ops do not
+    count), then starts over; one-token steps after the first reuse the compute graph."""
+    model = next((real_cache / "models").glob("*/SmolLM2-*.gguf"))
+    with Worker(worker_bin, "head") as head, Worker(worker_bin, "tail") as tail:
+        head.load(model, (0, 15), context=ContextParams())
+        tail.load(model, (15, 30), context=ContextParams())
+        fields = {"session": "s", "epoch": 1, "n_tokens": 1}
+        token = 1
+        for pos in range(5):
+            body = head.request("decode", tokens=[token], pos=pos, **fields).body
+            token = tail.request("decode", body, pos=pos, **fields).header["argmax"][0]
+            head.request("sessions")
+        with pytest.raises(WorkerRequestError):
+            head.request("decode", tokens=[token], pos=99, **fields)
+        timings = [w.request("timing").header for w in (head, tail)]
+        again = head.request("timing").header
+    for t in timings:
+        assert t["n_requests"] == 5 and t["graphs_reused"] == 4
+        assert all(
+            t[k] > 0 for k in ("wait_us", "read_us", "parse_us", "process_us", "output_us", "write_us")
+        )
+        assert t["process_us"] > t["parse_us"] + t["output_us"]
+    # the tail waits while the head computes, and the head while the tail does
+    assert timings[1]["wait_us"] > timings[0]["process_us"]
+    assert again["n_requests"] == 0 and again["process_us"] == 0
 
 
 def test_worker_sets_no_model_parameter_unless_asked(worker_bin: Path, real_cache: Path) -> None:

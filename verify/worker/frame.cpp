@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <poll.h>
 #include <unistd.h>
 
 namespace lw {
@@ -60,6 +61,15 @@ bool frame_reader::fill(size_t n) {
         buf_.insert(buf_.end(), tmp, tmp + r);
     }
     return true;
+}
+
+void frame_reader::wait_readable() {
+    if (pos_ < buf_.size() || eof_ || fd_ < 0) {
+        return;
+    }
+    pollfd p = { fd_, POLLIN, 0 };
+    while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+    }
 }
 
 bool frame_reader::skip_to_magic() {

@@ -45,6 +45,9 @@ public:
     // the next read first skips to the next magic
     read_status read(frame & out, std::string & error);
 
+    // blocks until a byte is buffered or the input is readable (or at EOF): the wait for the next frame
+    void wait_readable();
+
 private:
     bool fill(size_t n);          // ensure n bytes are buffered; false on EOF/error
     bool skip_to_magic();         // drop bytes until the buffer starts with the magic; false on EOF
@@ -72,6 +75,9 @@ public:
 
     // a complete message (its header without the fragment field); bad_fragment drops the partial message
     read_status read(frame & out, std::string & error);
+
+    // blocks until the next frame starts to arrive, see frame_reader::wait_readable()
+    void wait_readable() { frames_.wait_readable(); }
 
 private:
     frame_reader         frames_;

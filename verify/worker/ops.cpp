@@ -14,6 +14,7 @@
 #include "ggml-cpp.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -139,7 +140,12 @@ void worker::require_context() const {
     }
 }
 
+static double us_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
 reply worker::handle(const frame & req) {
+    handle_start_ = std::chrono::steady_clock::now();
     json hdr;
     try {
         hdr = json::parse(req.header);
@@ -155,6 +161,7 @@ reply worker::handle(const frame & req) {
     }
     const std::string op = hdr["op"];
     g_llama_errors.clear();
+    last_was_decode_ = false;
     try {
         reply r;
         if (op == "hello") {
@@ -185,6 +192,8 @@ reply worker::handle(const frame & req) {
             }
         } else if (op == "state_load") {
             r = reply::ok(id, op_state_load(hdr, req.body));
+        } else if (op == "timing") {
+            r = reply::ok(id, op_timing());
         } else if (op == "tokenize") {
             r = reply::ok(id, op_tokenize(hdr));
         } else if (op == "detokenize") {
@@ -796,12 +805,16 @@ json worker::decode_output(const decode_request & r, std::vector<uint8_t> & out)
 json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std::vector<uint8_t> & out) {
     require_context();
     const decode_request r = parse_decode(req, body);
+    const double parse_us = us_since(handle_start_); // the header's JSON too
 
     std::vector<std::string> evicted;
     session & s = acquire_session(r, evicted);
     s.last_used = ++tick_;
 
+    const int32_t n_reused = llama_perf_context(ctx_).n_reused;
+    auto t0 = std::chrono::steady_clock::now();
     const int32_t ret = run_decode(r, s);
+    const double process_us = us_since(t0);
     if (ret != 0) {
         llama_memory_seq_rm(llama_get_memory(ctx_), s.seq, r.pos, -1);
         throw request_error{"decode_failed", llama_errors("llama_decode failed with " + std::to_string(ret)),
@@ -809,12 +822,37 @@ json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std:
     }
     s.n_pos = r.pos + r.n_tokens;
 
+    t0 = std::chrono::steady_clock::now();
     json res = decode_output(r, out);
+    timing_.n_requests++;
+    timing_.graphs_reused += llama_perf_context(ctx_).n_reused > n_reused ? 1 : 0;
+    timing_.wait_us    += wait_us_;
+    timing_.read_us    += read_us_;
+    timing_.parse_us   += parse_us;
+    timing_.process_us += process_us;
+    timing_.output_us  += us_since(t0);
+    last_was_decode_ = true;
     res["session"] = r.session;
     res["epoch"]   = r.epoch;
     res["n_pos"]   = s.n_pos;
     res["evicted"] = evicted;
     return res;
+}
+
+void worker::add_reply_write(double write_us) {
+    if (last_was_decode_) {
+        timing_.write_us += write_us;
+    }
+}
+
+json worker::op_timing() {
+    const decode_timing t = timing_;
+    timing_ = {};
+    return {
+        {"n_requests", t.n_requests}, {"graphs_reused", t.graphs_reused},
+        {"wait_us", t.wait_us}, {"read_us", t.read_us}, {"parse_us", t.parse_us},
+        {"process_us", t.process_us}, {"output_us", t.output_us}, {"write_us", t.write_us},
+    };
 }
 
 json worker::op_truncate(const json & req) {

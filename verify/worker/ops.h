@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -49,6 +50,18 @@ struct decode_request {
     bool wants_logits(int32_t i) const;
 };
 
+// where the time of the decode requests went since the last `timing` request, in microseconds (docs/protocol.md)
+struct decode_timing {
+    uint64_t n_requests    = 0;
+    uint64_t graphs_reused = 0; // requests whose llama_process reused the previous compute graph
+    double   wait_us       = 0; // from the end of the previous reply to the first byte of the request
+    double   read_us       = 0; // from that byte to the whole request
+    double   parse_us      = 0; // the header's fields and the bundle, validated and copied
+    double   process_us    = 0; // llama_process: the graph built or reused, and computed
+    double   output_us     = 0; // the hidden state encoded as a bundle, or the logits copied
+    double   write_us      = 0; // the reply written
+};
+
 // a session: a stable id mapped to a sequence of the context
 struct session {
     int32_t  seq       = 0;
@@ -65,6 +78,10 @@ public:
     reply handle(const frame & req);
     bool  should_exit() const { return exit_; }
 
+    // the wait and the read of the request that handle() gets next, and the write of the reply it returned
+    void set_request_io(double wait_us, double read_us) { wait_us_ = wait_us; read_us_ = read_us; }
+    void add_reply_write(double write_us);
+
 private:
     json op_hello();
     json op_load(const json & req);
@@ -78,6 +95,7 @@ private:
     json op_release(const json & req);
     json op_state_save(const json & req, std::vector<uint8_t> & out);
     json op_state_load(const json & req, const std::vector<uint8_t> & body);
+    json op_timing();
     json op_tokenize(const json & req);
     json op_detokenize(const json & req);
 
@@ -115,6 +133,12 @@ private:
     std::map<std::string, session> sessions_;
     std::vector<int32_t>           free_seqs_;
     uint64_t                       tick_ = 0;
+
+    decode_timing timing_;
+    std::chrono::steady_clock::time_point handle_start_;
+    double        wait_us_         = 0;
+    double        read_us_         = 0;
+    bool          last_was_decode_ = false;
 
     bool exit_ = false;
 };

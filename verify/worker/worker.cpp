@@ -7,6 +7,7 @@
 #include "frame.h"
 #include "ops.h"
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -44,10 +45,16 @@ int main(int argc, char ** argv) {
     lw::worker w(verbose, max_body);
     lw::message_reader reader(lw::frame_reader(0, max_body), lw::kMaxMessage);
 
+    using clock = std::chrono::steady_clock;
+    auto us = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
     for (;;) {
         lw::frame req;
         std::string error;
+        const clock::time_point t_idle = clock::now();
+        reader.wait_readable();
+        const clock::time_point t_first = clock::now();
         const lw::read_status st = reader.read(req, error);
+        w.set_request_io(us(t_idle, t_first), us(t_first, clock::now()));
         if (st == lw::read_status::eof) {
             break;
         }
@@ -65,10 +72,12 @@ int main(int argc, char ** argv) {
                 rep.header["id"] = hdr["id"];
             }
         }
+        const clock::time_point t_write = clock::now();
         if (!lw::write_message(1, rep.header.dump(-1, ' ', false, lw::json::error_handler_t::replace), rep.body, max_body)) {
             fprintf(stderr, "layer-worker: cannot write to stdout, exiting\n");
             return 1;
         }
+        w.add_reply_write(us(t_write, clock::now()));
         if (st == lw::read_status::truncated || st == lw::read_status::io_error || w.should_exit()) {
             break;
         }

@@ -37,6 +37,33 @@ class Machine(convert.Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class StageParts(convert.Record):
+    """Where one worker's decode requests went, in milliseconds per token: the worker's own account (its
+    `timing` request, docs/protocol.md) and the request as the supervisor saw it."""
+
+    step_ms: float
+    """The supervisor: the request sent to its reply read."""
+    wait_ms: float
+    """The worker: from its previous reply to the first byte of the request (the other stages' turn)."""
+    read_ms: float
+    parse_ms: float
+    process_ms: float
+    """llama_process: the compute graph built or reused, and computed."""
+    output_ms: float
+    write_ms: float
+    graphs_reused: float
+    """The fraction of the requests whose llama_process reused the previous compute graph."""
+
+    @property
+    def transport_ms(self) -> float:
+        """The step less what the worker accounts for between the request and its reply: the pipes and
+        the supervisor."""
+        return self.step_ms - (
+            self.read_ms + self.parse_ms + self.process_ms + self.output_ms + self.write_ms
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Speed(convert.Record):
     """Tokens per second of the whole model and of the split (the fastest round of each), measured in paired
     rounds; ratio = split / whole of each round (dgr.contracts.paired)."""
@@ -53,6 +80,10 @@ class Speed(convert.Record):
     """Worker decode only: milliseconds per token of each worker's request, in chain order."""
     round_trip_ms: float | None = field(default=None, metadata=convert.OMIT_NONE)
     """Worker decode only: the median of a request that does no work (transport and supervisor)."""
+    whole_parts: StageParts | None = field(default=None, metadata=convert.OMIT_NONE)
+    """Worker decode only: where the whole model's request went, per token."""
+    shard_parts: tuple[StageParts, ...] = field(default=(), metadata=convert.OMIT_EMPTY)
+    """Worker decode only: where each worker's request went, per token, in chain order."""
 
 
 @dataclass(frozen=True, kw_only=True)

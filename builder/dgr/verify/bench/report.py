@@ -44,6 +44,7 @@ def model_lines(m: ModelBench) -> list[str]:
         if d.whole_step_ms is not None and d.round_trip_ms is not None:
             shards = " + ".join(f"{ms:.2f}" for ms in d.shard_step_ms)
             lines.append(f"- {wk.shards}: {d.whole_step_ms:.2f} | {shards} | {d.round_trip_ms:.3f}")
+    lines.extend(parts_lines(m))
     lines.append("")
     lines.append("memory per range (mmap off, after the same prefill in every range)")
     return lines + table(
@@ -55,6 +56,38 @@ def model_lines(m: ModelBench) -> list[str]:
             for row in m.memory
         ],
     )
+
+
+PARTS_HEADER = (
+    "shards | stage | step | wait | read | parse | process | output | write | reused | pipes + supervisor"
+)
+
+
+def parts_lines(m: ModelBench) -> list[str]:
+    """Where a decoded token's time goes in each worker (the fastest round of each side), beside the whole
+    model's worker in the same rounds; none when the result has no such figures."""
+    rows = []
+    for wk in m.workers:
+        d = wk.decode
+        if d.whole_parts is None:
+            continue
+        for stage, p in [("whole", d.whole_parts), *((f"{i + 1}", p) for i, p in enumerate(d.shard_parts))]:
+            cells = (p.step_ms, p.wait_ms, p.read_ms, p.parse_ms, p.process_ms, p.output_ms, p.write_ms)
+            rows.append(
+                f"{wk.shards} | {stage} | "
+                + " | ".join(f"{ms:.3f}" for ms in cells)
+                + f" | {p.graphs_reused:.2f} | {p.transport_ms:.3f}"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        "where a decoded token's time goes, ms per token in each side's fastest round: the supervisor's "
+        "request (step), and the worker's own account of it (wait: the other stages' turn; process: "
+        "llama_process, the graph built or reused and computed; reused: the fraction of requests that "
+        "reused the graph); the rest of the step is the pipes and the supervisor",
+        *table(PARTS_HEADER, rows),
+    ]
 
 
 def build_line(build: Mapping[str, Any]) -> str:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dgr.contracts.bench import BenchResult, Speed, SplitCost
+from dgr.contracts.bench import BenchResult, Speed, SplitCost, StageParts
 from dgr.core import proc
 from dgr.errors import BenchError
 from dgr.verify.bench import paired
@@ -138,20 +138,52 @@ def _prefill_s(pipe: Pipeline, tokens: list[int], session: str, r: int) -> float
     return time.perf_counter() - start
 
 
+def _timings(pipe: Pipeline) -> list[dict[str, Any]]:
+    """Each worker's `timing` (docs/protocol.md): its decode requests since the last one, then reset."""
+    return [dict(w.request("timing").header) for w in pipe.workers]
+
+
+def _parts(timing: dict[str, Any], step_s: float, n: int) -> StageParts:
+    """A worker's `timing` after n decode requests and their seconds as the supervisor saw them, per token."""
+    try:
+        if int(timing["n_requests"]) != n:
+            raise ValueError(f"{timing['n_requests']} decode requests timed, {n} sent")
+        parts = {
+            k: float(timing[f"{k}_us"]) / 1e3 / n
+            for k in ("wait", "read", "parse", "process", "output", "write")
+        }
+        reused = int(timing["graphs_reused"]) / n
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BenchError(f"the worker's timing of its decode requests: {exc}", detail=str(timing)) from exc
+    return StageParts(
+        step_ms=step_s * 1e3 / n,
+        wait_ms=parts["wait"],
+        read_ms=parts["read"],
+        parse_ms=parts["parse"],
+        process_ms=parts["process"],
+        output_ms=parts["output"],
+        write_ms=parts["write"],
+        graphs_reused=reused,
+    )
+
+
 def _decode_s(
     pipe: Pipeline, prompt: list[int], n: int, session: str, r: int
-) -> tuple[float, list[int], list[float]]:
-    """Seconds for n greedy single-token steps after the prompt, the tokens, and each shard's seconds
-    (in a new session, `session`-`r`: round r)."""
+) -> tuple[float, list[int], list[float], list[StageParts]]:
+    """Seconds for n greedy single-token steps after the prompt, the tokens, each shard's seconds and where
+    each shard's time went (in a new session, `session`-`r`: round r)."""
     session = f"{session}-{r}"
     tokens = [pipe.step(session, 1, 0, prompt).argmax[-1]]
+    _timings(pipe)
     per_shard = [0.0] * len(pipe.workers)
     start = time.perf_counter()
     for j in range(n):
         res = pipe.step(session, 1, len(prompt) + j, [tokens[-1]])
         tokens.append(res.argmax[-1])
         per_shard = [a + b for a, b in zip(per_shard, res.seconds, strict=True)]
-    return time.perf_counter() - start, tokens, per_shard
+    elapsed = time.perf_counter() - start
+    parts = [_parts(t, s, n) for t, s in zip(_timings(pipe), per_shard, strict=True)]
+    return elapsed, tokens, per_shard, parts
 
 
 def _round_trip_ms(pipe: Pipeline, n: int) -> float:
@@ -195,10 +227,8 @@ def workers(
                     functools.partial(_decode_s, split, prompt, n_decode, "d"),
                 )
                 # where a decode step's time goes, in each side's fastest round
-                step_ms = [
-                    [s * 1e3 / n_decode for s in min((run[side] for run in runs), key=lambda x: x[0])[2]]
-                    for side in (0, 1)
-                ]
+                fastest = [min((run[side] for run in runs), key=lambda x: x[0]) for side in (0, 1)]
+                step_ms = [[s * 1e3 / n_decode for s in best[2]] for best in fastest]
                 decode = _speed(
                     n_decode,
                     [(a[0], b[0]) for a, b in runs],
@@ -208,6 +238,8 @@ def workers(
                     whole_step_ms=step_ms[0][0],
                     shard_step_ms=tuple(step_ms[1]),
                     round_trip_ms=_round_trip_ms(split, 20 if quick else 200),
+                    whole_parts=fastest[0][3][0],
+                    shard_parts=tuple(fastest[1][3]),
                 )
                 out.append(SplitCost(shards=k, prefill=tuple(speeds), decode=decode))
     return tuple(out)
