@@ -353,6 +353,20 @@ def test_bench_quick_reports_every_key(real_cache: Path, real_build: dict[str, A
     assert (tmp_path / "memory-gemma3.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_worker_answers_the_argmax_without_the_logits(worker_bin: Path, real_cache: Path) -> None:
+    """`logits: argmax` gives the argmax of the last token, as `last` does, and no logits."""
+    model = next((real_cache / "models").glob("*/SmolLM2-*.gguf"))
+    with Worker(worker_bin, "whole") as w:
+        w.load(model, context=ContextParams())
+        fields = {"epoch": 1, "pos": 0, "n_tokens": 3, "tokens": [1, 2, 3]}
+        last = w.request("decode", session="a", logits="last", **fields)
+        alone = w.request("decode", session="b", logits="argmax", **fields)
+        with pytest.raises(WorkerRequestError, match="none, last, all or argmax"):
+            w.request("decode", session="c", logits="max", **fields)
+    assert alone.header["argmax"] == last.header["argmax"] and len(last.header["argmax"]) == 1
+    assert len(last.body) == 4 * last.header["n_vocab"] and alone.body == b""
+
+
 def test_worker_times_its_decode_requests(worker_bin: Path, real_cache: Path) -> None:
     """`timing` accounts for the decode requests since the last one (a refused one and other ops do not
     count), then starts over; one-token steps after the first reuse the compute graph."""

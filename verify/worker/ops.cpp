@@ -636,7 +636,7 @@ session & worker::open_session(const std::string & id, uint64_t epoch, std::vect
 }
 
 bool decode_request::wants_logits(int32_t i) const {
-    return logits == "all" || (logits == "last" && i == n_tokens - 1);
+    return logits == "all" || ((logits == "last" || logits == "argmax") && i == n_tokens - 1);
 }
 
 decode_request worker::parse_decode(const json & req, const std::vector<uint8_t> & body) const {
@@ -653,8 +653,8 @@ decode_request worker::parse_decode(const json & req, const std::vector<uint8_t>
     if (r.pos < 0) {
         throw request_error{"bad_request", "pos must not be negative"};
     }
-    if (r.logits != "none" && r.logits != "last" && r.logits != "all") {
-        throw request_error{"bad_request", "logits must be none, last or all"};
+    if (r.logits != "none" && r.logits != "last" && r.logits != "all" && r.logits != "argmax") {
+        throw request_error{"bad_request", "logits must be none, last, all or argmax"};
     }
 
     // the input: tokens for the first range, a bundle from the previous range otherwise
@@ -794,6 +794,9 @@ json worker::decode_output(const decode_request & r, std::vector<uint8_t> & out)
             throw request_error{"decode_failed", llama_errors("no logits")};
         }
         argmax.push_back(std::max_element(l, l + n_vocab_) - l);
+        if (r.logits == "argmax") {
+            continue; // the argmax only: the logits stay here
+        }
         const uint8_t * p = (const uint8_t *) l;
         out.insert(out.end(), p, p + (size_t) n_vocab_*sizeof(float));
     }

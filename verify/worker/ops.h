@@ -43,7 +43,7 @@ struct decode_request {
     uint64_t                 epoch    = 0;
     int32_t                  pos      = 0;
     int32_t                  n_tokens = 0;
-    std::string              logits; // none, last or all
+    std::string              logits; // none, last, all or argmax (the last one's argmax, no logits)
     std::vector<int32_t>     tokens;
     std::vector<float>       hidden; // [n_tokens, n_embd]
 

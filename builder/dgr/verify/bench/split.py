@@ -171,14 +171,15 @@ def _decode_s(
     pipe: Pipeline, prompt: list[int], n: int, session: str, r: int
 ) -> tuple[float, list[int], list[float], list[StageParts]]:
     """Seconds for n greedy single-token steps after the prompt, the tokens, each shard's seconds and where
-    each shard's time went (in a new session, `session`-`r`: round r)."""
+    each shard's time went (in a new session, `session`-`r`: round r). A step asks for the argmax only, as
+    greedy decoding needs: the logits stay in the worker."""
     session = f"{session}-{r}"
     tokens = [pipe.step(session, 1, 0, prompt).argmax[-1]]
     _timings(pipe)
     per_shard = [0.0] * len(pipe.workers)
     start = time.perf_counter()
     for j in range(n):
-        res = pipe.step(session, 1, len(prompt) + j, [tokens[-1]])
+        res = pipe.step(session, 1, len(prompt) + j, [tokens[-1]], logits="argmax")
         tokens.append(res.argmax[-1])
         per_shard = [a + b for a, b in zip(per_shard, res.seconds, strict=True)]
     elapsed = time.perf_counter() - start

@@ -178,7 +178,7 @@ class Pipeline:
         out = [res.argmax[-1]]
         pos = len(prompt)
         while len(out) < n and not (stop and out[-1] in stop):
-            res = self.step(session, epoch, pos, [out[-1]])
+            res = self.step(session, epoch, pos, [out[-1]], logits="argmax")
             pos += 1
             out.append(res.argmax[-1])
         return out
