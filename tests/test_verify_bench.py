@@ -99,6 +99,15 @@ RESULT: dict[str, Any] = {
         }
         for k in (2, 3, 5)
     ],
+    "batched": [
+        {
+            "shards": k,
+            "sessions": 4,
+            "speed": speed(0.96 if k == 2 else 0.94, same_tokens=True),
+            "same_as_alone": True,
+        }
+        for k in (2, 3)
+    ],
     "memory": [memory_row(0, 30, 1.0), memory_row(10, 20, 0.38)],
     "codec": {"cpp": codec(5.0, 0.625), "python": codec(2.0, 0.25)},
     "build": {"noop_dgr_s": 0.2, "noop_ninja_s": 0.05, "noop_ratio": 4.0},
@@ -113,8 +122,10 @@ def test_summary_takes_the_worst_ratio_and_checks_every_target() -> None:
         "in_process_prefill": True,
         "in_process_decode": True,
         "workers_decode": False,
+        "batched_decode": False,
         "codec": True,
     }
+    assert s.worst["batched_decode"] == {"m.gguf": 0.94}
 
 
 def test_report_lists_every_measurement() -> None:
@@ -127,6 +138,7 @@ def test_report_lists_every_measurement() -> None:
     assert "codec / memcpy: C++ 0.625 (0.615-0.645, best 0.630) (best 5.00 vs 8.00 GB/s)" in text
     assert "- workers_decode >= 0.9: MISSED (m.gguf 0.880)" in text
     assert "- 5: 7.50 | 1.60 + 1.60 + 1.60 + 1.60 + 1.60 | 0.020" in text
+    assert "| 3 | 4 | 100.0 | 94.0 | 0.940 (0.930-0.960, best 0.945) | True | True |" in text
     # where each worker's step went, beside the whole model's; the rest of the step is the transport
     assert "| 5 | whole | 7.500 | 1.000 | 0.010 | 0.020 | 6.000 | 0.030 | 0.040 | 0.88 | 1.400 |" in text
     assert "| 5 | 5 | 1.600 | 1.000 | 0.010 | 0.020 | 1.200 | 0.030 | 0.040 | 0.88 | 0.300 |" in text

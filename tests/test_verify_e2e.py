@@ -18,6 +18,7 @@ from dgr.errors import WorkerRequestError
 from dgr.verify.models import prompts
 from dgr.verify.wire import bundle, frames
 from dgr.verify.wire.client import ContextParams, Worker
+from dgr.verify.wire.pipeline import BatchStep, Pipeline
 
 from tests.helpers import ROOT, run_dgr
 
@@ -340,6 +341,9 @@ def test_bench_quick_reports_every_key(real_cache: Path, real_build: dict[str, A
         for part in parts:
             inside = sum(part[k] for k in ("read_ms", "parse_ms", "process_ms", "output_ms", "write_ms"))
             assert 0 < part["process_ms"] < inside < part["step_ms"] and part["graphs_reused"] > 0.5
+    # sessions decoding together through 2 and 3 ranges, each with the whole model's tokens
+    assert [(b["shards"], b["sessions"]) for b in out["batched"]] == [(2, 4), (3, 4)]
+    assert all(b["speed"]["same_tokens"] and b["same_as_alone"] for b in out["batched"])
     assert out["codec"]["cpp"]["codec_gbps"] > 0 and "zero_copy_decode" not in out["codec"]["cpp"]
     assert out["memory"][0]["layers"] == [0, 30] and out["memory"][1]["peak_rss_fraction"] < 1
     assert (tmp_path / "bench.json").is_file() and (tmp_path / "memory.png").read_bytes()[:4] == b"\x89PNG"
@@ -365,6 +369,35 @@ def test_worker_answers_the_argmax_without_the_logits(worker_bin: Path, real_cac
             w.request("decode", session="c", logits="max", **fields)
     assert alone.header["argmax"] == last.header["argmax"] and len(last.header["argmax"]) == 1
     assert len(last.body) == 4 * last.header["n_vocab"] and alone.body == b""
+
+
+def test_sessions_decode_together_through_ranges_as_alone(worker_bin: Path, real_cache: Path) -> None:
+    """Three sessions decoding together (`decode_batch`) through two ranges give each session the tokens of
+    the whole model decoding it alone; a refused batch changes no session."""
+    model = next((real_cache / "models").glob("*/SmolLM2-*.gguf"))
+    prompts_ = [[1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    with Pipeline(worker_bin, model, None, max_sessions=4) as whole:
+        alone = [whole.generate(f"a{i}", 1, p, 6) for i, p in enumerate(prompts_)]
+    with Pipeline(worker_bin, model, [(0, 12), (12, 30)], max_sessions=4) as split:
+        tokens = [[split.step(f"s{i}", 1, 0, p).argmax[-1]] for i, p in enumerate(prompts_)]
+        # refused, and nothing changes: a session twice, a session not cached, a wrong position
+        for bad in (
+            [BatchStep("s0", 1, 3, [1]), BatchStep("s0", 1, 3, [1])],
+            [BatchStep("s0", 1, 3, [1]), BatchStep("nobody", 1, 3, [1])],
+            [BatchStep("s0", 1, 3, [1]), BatchStep("s1", 1, 3, [1])],
+        ):
+            with pytest.raises(WorkerRequestError):
+                split.step_batch(bad)
+        for j in range(5):
+            steps = [
+                BatchStep(f"s{i}", 1, len(p) + j, [t[-1]])
+                for i, (p, t) in enumerate(zip(prompts_, tokens, strict=True))
+            ]
+            for t, token in zip(tokens, split.step_batch(steps).argmax, strict=True):
+                t.append(token)
+        sessions = split.workers[1].request("sessions").header["sessions"]
+    assert tokens == alone
+    assert sorted((s["session"], s["n_pos"]) for s in sessions) == [("s0", 8), ("s1", 9), ("s2", 7)]
 
 
 def test_worker_times_its_decode_requests(worker_bin: Path, real_cache: Path) -> None:

@@ -180,6 +180,12 @@ reply worker::handle(const frame & req) {
             for (auto & [k, v] : fields.items()) {
                 r.header[k] = v;
             }
+        } else if (op == "decode_batch") {
+            r = reply::ok(id);
+            json fields = op_decode_batch(hdr, req.body, r.body);
+            for (auto & [k, v] : fields.items()) {
+                r.header[k] = v;
+            }
         } else if (op == "truncate") {
             r = reply::ok(id, op_truncate(hdr));
         } else if (op == "release") {
@@ -639,7 +645,7 @@ bool decode_request::wants_logits(int32_t i) const {
     return logits == "all" || ((logits == "last" || logits == "argmax") && i == n_tokens - 1);
 }
 
-decode_request worker::parse_decode(const json & req, const std::vector<uint8_t> & body) const {
+decode_request worker::parse_fields(const json & req) const {
     decode_request r;
     r.session  = need_field<std::string>(req, "session");
     r.epoch    = need_field<uint64_t>(req, "epoch");
@@ -656,33 +662,28 @@ decode_request worker::parse_decode(const json & req, const std::vector<uint8_t>
     if (r.logits != "none" && r.logits != "last" && r.logits != "all" && r.logits != "argmax") {
         throw request_error{"bad_request", "logits must be none, last, all or argmax"};
     }
+    return r;
+}
 
-    // the input: tokens for the first range, a bundle from the previous range otherwise
-    if (held_.begin == 0) {
-        if (!body.empty()) {
-            throw request_error{"wrong_input", "this worker holds the layers [0, " + std::to_string(held_.end) +
-                                ") and takes tokens, not a bundle"};
-        }
-        r.tokens = get_field<std::vector<llama_token>>(req, "tokens", {});
-        if ((int32_t) r.tokens.size() != r.n_tokens) {
-            throw request_error{"bad_request", "tokens has " + std::to_string(r.tokens.size()) + " entries, n_tokens is " +
-                                std::to_string(r.n_tokens)};
-        }
-        for (llama_token t : r.tokens) {
-            if (t < 0 || t >= n_vocab_) {
-                throw request_error{"bad_request", "token " + std::to_string(t) + " is outside the vocabulary [0, " +
-                                    std::to_string(n_vocab_) + ")"};
-            }
-        }
-        return r;
+void worker::parse_tokens(const json & req, decode_request & r) const {
+    r.tokens = get_field<std::vector<llama_token>>(req, "tokens", {});
+    if ((int32_t) r.tokens.size() != r.n_tokens) {
+        throw request_error{"bad_request", "tokens has " + std::to_string(r.tokens.size()) + " entries, n_tokens is " +
+                            std::to_string(r.n_tokens)};
     }
+    for (llama_token t : r.tokens) {
+        if (t < 0 || t >= n_vocab_) {
+            throw request_error{"bad_request", "token " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                std::to_string(n_vocab_) + ")"};
+        }
+    }
+}
 
+std::vector<float> worker::parse_bundle(const std::vector<uint8_t> & body,
+                                        const std::vector<std::pair<std::string, std::string>> & want,
+                                        int32_t n_rows) const {
     if (!WORKER_HAS_LAYER_RANGE) {
         throw request_error{"unsupported", "this llama.cpp build does not evaluate a range of layers"};
-    }
-    if (req.contains("tokens")) {
-        throw request_error{"wrong_input", "this worker holds the layers [" + std::to_string(held_.begin) + ", " +
-                            std::to_string(held_.end) + ") and takes a bundle of the hidden state, not tokens"};
     }
     bundle b;
     try {
@@ -690,32 +691,51 @@ decode_request worker::parse_decode(const json & req, const std::vector<uint8_t>
     } catch (const std::exception & e) {
         throw request_error{"bad_bundle", e.what()};
     }
-    auto expect = [&](const char * key, const std::string & want) {
+    for (const auto & [key, value] : want) {
         const auto it = b.meta.find(key);
         const std::string got = it == b.meta.end() ? "(missing)" : it->second;
-        if (got != want) {
-            throw request_error{"bundle_mismatch", std::string("bundle ") + key + " is '" + got +
-                                "', this worker expects '" + want + "'"};
+        if (got != value) {
+            throw request_error{"bundle_mismatch", "bundle " + key + " is '" + got + "', this worker expects '" + value + "'"};
         }
-    };
-    expect("model",     identity_);
-    expect("n_layer",   std::to_string(n_layer_));
-    expect("layer_end", std::to_string(held_.begin));
-    expect("session",   r.session);
-    expect("epoch",     std::to_string(r.epoch));
-    expect("pos",       std::to_string(r.pos));
-    expect("n_tokens",  std::to_string(r.n_tokens));
+    }
     const auto it = b.tensors.find("residual");
     if (b.tensors.size() != 1 || it == b.tensors.end()) {
         throw request_error{"bundle_mismatch", "the bundle must hold exactly the tensor 'residual'"};
     }
     const bundle_tensor & t = it->second;
-    if (t.dtype != "F32" || t.shape.size() != 2 || t.shape[0] != r.n_tokens || t.shape[1] != n_embd_) {
-        throw request_error{"bundle_mismatch", "tensor 'residual' must be F32 [" + std::to_string(r.n_tokens) + ", " +
+    if (t.dtype != "F32" || t.shape.size() != 2 || t.shape[0] != n_rows || t.shape[1] != n_embd_) {
+        throw request_error{"bundle_mismatch", "tensor 'residual' must be F32 [" + std::to_string(n_rows) + ", " +
                             std::to_string(n_embd_) + "]"};
     }
-    r.hidden.resize(t.size / sizeof(float));
-    memcpy(r.hidden.data(), t.data, t.size); // the tensor need not be aligned in the bundle
+    std::vector<float> hidden(t.size / sizeof(float));
+    memcpy(hidden.data(), t.data, t.size); // the tensor need not be aligned in the bundle
+    return hidden;
+}
+
+std::string worker::wrong_input(bool tokens) const {
+    const std::string range = "[" + std::to_string(held_.begin) + ", " + std::to_string(held_.end) + ")";
+    return tokens ? "this worker holds the layers " + range + " and takes a bundle of the hidden state, not tokens" :
+                    "this worker holds the layers " + range + " and takes tokens, not a bundle";
+}
+
+decode_request worker::parse_decode(const json & req, const std::vector<uint8_t> & body) const {
+    decode_request r = parse_fields(req);
+    // the input: tokens for the first range, a bundle from the previous range otherwise
+    if (held_.begin == 0) {
+        if (!body.empty()) {
+            throw request_error{"wrong_input", wrong_input(false)};
+        }
+        parse_tokens(req, r);
+        return r;
+    }
+    if (req.contains("tokens")) {
+        throw request_error{"wrong_input", wrong_input(true)};
+    }
+    r.hidden = parse_bundle(body, {
+        {"model", identity_}, {"n_layer", std::to_string(n_layer_)}, {"layer_end", std::to_string(held_.begin)},
+        {"session", r.session}, {"epoch", std::to_string(r.epoch)}, {"pos", std::to_string(r.pos)},
+        {"n_tokens", std::to_string(r.n_tokens)},
+    }, r.n_tokens);
     return r;
 }
 
@@ -827,18 +847,158 @@ json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std:
 
     t0 = std::chrono::steady_clock::now();
     json res = decode_output(r, out);
-    timing_.n_requests++;
-    timing_.graphs_reused += llama_perf_context(ctx_).n_reused > n_reused ? 1 : 0;
-    timing_.wait_us    += wait_us_;
-    timing_.read_us    += read_us_;
-    timing_.parse_us   += parse_us;
-    timing_.process_us += process_us;
-    timing_.output_us  += us_since(t0);
-    last_was_decode_ = true;
+    add_timing(parse_us, process_us, us_since(t0), llama_perf_context(ctx_).n_reused > n_reused);
     res["session"] = r.session;
     res["epoch"]   = r.epoch;
     res["n_pos"]   = s.n_pos;
     res["evicted"] = evicted;
+    return res;
+}
+
+void worker::add_timing(double parse_us, double process_us, double output_us, bool reused) {
+    timing_.n_requests++;
+    timing_.graphs_reused += reused ? 1 : 0;
+    timing_.wait_us    += wait_us_;
+    timing_.read_us    += read_us_;
+    timing_.parse_us   += parse_us;
+    timing_.process_us += process_us;
+    timing_.output_us  += output_us;
+    last_was_decode_ = true;
+}
+
+// decode_batch: one step of each of several cached sessions in one batch of llama.cpp (docs/protocol.md)
+json worker::op_decode_batch(const json & req, const std::vector<uint8_t> & body, std::vector<uint8_t> & out) {
+    require_context();
+    const std::string logits = get_field<std::string>(req, "logits", "argmax");
+    if (logits != "last" && logits != "argmax") {
+        throw request_error{"bad_request", "logits of decode_batch must be last or argmax"};
+    }
+    if (!req.contains("steps") || !req["steps"].is_array() || req["steps"].empty()) {
+        throw request_error{"bad_request", "steps must be a non-empty array of {session, epoch, pos, n_tokens}"};
+    }
+    // every step is checked before a session changes: the request is applied whole or not at all
+    std::vector<decode_request> rs;
+    json     key     = json::array(); // what the bundles of the batch carry: [[session, epoch, pos, n_tokens]...]
+    uint32_t n_total = 0;
+    for (const json & step : req["steps"]) {
+        if (!step.is_object()) {
+            throw request_error{"bad_request", "each step must be an object"};
+        }
+        json fields = step;
+        fields["logits"] = logits;
+        decode_request r = parse_fields(fields);
+        if (held_.begin == 0) {
+            parse_tokens(step, r);
+        } else if (step.contains("tokens")) {
+            throw request_error{"wrong_input", wrong_input(true)};
+        }
+        for (const decode_request & other : rs) {
+            if (other.session == r.session) {
+                throw request_error{"bad_request", "session '" + r.session + "' has more than one step"};
+            }
+        }
+        const uint32_t n_cells = n_ctx_ / max_sessions_;
+        const session & s = find_session(r.session, r.epoch);
+        if (r.pos != s.n_pos) {
+            throw request_error{"bad_position", "session '" + r.session + "' has " + std::to_string(s.n_pos) +
+                                " positions cached; its step starts at " + std::to_string(r.pos),
+                                { {"session", r.session}, {"n_pos", s.n_pos} }};
+        }
+        if ((uint32_t) (r.pos + r.n_tokens) > n_cells) {
+            throw request_error{"no_capacity", "session '" + r.session + "' would need " +
+                                std::to_string(r.pos + r.n_tokens) + " cells, a session has " + std::to_string(n_cells)};
+        }
+        n_total += r.n_tokens;
+        key.push_back({ r.session, r.epoch, r.pos, r.n_tokens });
+        rs.push_back(std::move(r));
+    }
+    if (n_total > n_batch_) {
+        throw request_error{"bad_request", "the steps have " + std::to_string(n_total) + " tokens, n_batch is " +
+                            std::to_string(n_batch_)};
+    }
+    const std::string steps = key.dump();
+    std::vector<float> hidden;
+    if (held_.begin == 0 && !body.empty()) {
+        throw request_error{"wrong_input", wrong_input(false)};
+    }
+    if (held_.begin > 0) {
+        hidden = parse_bundle(body, {
+            {"model", identity_}, {"n_layer", std::to_string(n_layer_)}, {"layer_end", std::to_string(held_.begin)},
+            {"steps", steps},
+        }, (int32_t) n_total);
+    }
+    const double parse_us = us_since(handle_start_);
+
+    llama_batch_ext_ptr batch(llama_batch_ext_init(ctx_));
+    size_t row = 0;
+    for (const decode_request & r : rs) {
+        const session & s = sessions_.at(r.session);
+        for (int32_t i = 0; i < r.n_tokens; ++i, ++row) {
+            const int32_t idx = held_.begin == 0 ?
+                llama_batch_ext_add_token(batch.get(), s.seq, r.tokens[i]) :
+                llama_batch_ext_add_embd(batch.get(), s.seq, { hidden.data() + row*n_embd_, 1, (size_t) n_embd_ });
+            if (idx < 0) {
+                throw request_error{"decode_failed", "the batch refused entry " + std::to_string(row) + " (" + std::to_string(idx) + ")"};
+            }
+            const llama_pos pos = r.pos + i;
+            llama_batch_ext_set_pos(batch.get(), idx, &pos);
+            llama_batch_ext_set_output_logits(batch.get(), idx, i == r.n_tokens - 1);
+        }
+    }
+    const int32_t n_reused = llama_perf_context(ctx_).n_reused;
+    auto t0 = std::chrono::steady_clock::now();
+    const int32_t ret = llama_process(ctx_, LLAMA_PROCESS_TYPE_DECODE, batch.get());
+    const double process_us = us_since(t0);
+    if (ret != 0) {
+        for (const decode_request & r : rs) {
+            llama_memory_seq_rm(llama_get_memory(ctx_), sessions_.at(r.session).seq, r.pos, -1);
+        }
+        throw request_error{"decode_failed", llama_errors("llama_decode failed with " + std::to_string(ret))};
+    }
+
+    t0 = std::chrono::steady_clock::now();
+    json results = json::array();
+    for (const decode_request & r : rs) {
+        session & s = sessions_.at(r.session);
+        s.n_pos     = r.pos + r.n_tokens;
+        s.last_used = ++tick_;
+        results.push_back({ {"session", r.session}, {"n_pos", s.n_pos} });
+    }
+    json res = { {"results", results} };
+    if (held_.end < n_layer_) {
+        const float * data = llama_get_embeddings_layer_inp(ctx_, held_.end);
+        if (!data) {
+            throw request_error{"decode_failed", llama_errors("no hidden state after layer " + std::to_string(held_.end - 1))};
+        }
+        bundle b;
+        b.meta = {
+            {"model", identity_}, {"n_layer", std::to_string(n_layer_)},
+            {"layer_begin", std::to_string(held_.begin)}, {"layer_end", std::to_string(held_.end)}, {"steps", steps},
+        };
+        bundle_tensor & t = b.tensors["residual"];
+        t.dtype = "F32";
+        t.shape = { (int64_t) n_total, n_embd_ };
+        t.data  = (const uint8_t *) data;
+        t.size  = (size_t) n_total*n_embd_*sizeof(float);
+        out = bundle_encode(b);
+    } else {
+        json argmax = json::array();
+        row = 0;
+        for (const decode_request & r : rs) {
+            row += r.n_tokens;
+            const float * l = llama_get_logits_ith(ctx_, (int32_t) row - 1);
+            if (!l) {
+                throw request_error{"decode_failed", llama_errors("no logits")};
+            }
+            argmax.push_back(std::max_element(l, l + n_vocab_) - l);
+            if (logits == "last") {
+                out.insert(out.end(), (const uint8_t *) l, (const uint8_t *) (l + n_vocab_));
+            }
+        }
+        res["argmax"]  = argmax;
+        res["n_vocab"] = n_vocab_;
+    }
+    add_timing(parse_us, process_us, us_since(t0), llama_perf_context(ctx_).n_reused > n_reused);
     return res;
 }
 

@@ -81,6 +81,7 @@ public:
     // the wait and the read of the request that handle() gets next, and the write of the reply it returned
     void set_request_io(double wait_us, double read_us) { wait_us_ = wait_us; read_us_ = read_us; }
     void add_reply_write(double write_us);
+    void add_timing(double parse_us, double process_us, double output_us, bool reused);
 
 private:
     json op_hello();
@@ -88,6 +89,13 @@ private:
     json op_memory();
     json op_sessions();
     json op_decode(const json & req, const std::vector<uint8_t> & body, std::vector<uint8_t> & out);
+    json op_decode_batch(const json & req, const std::vector<uint8_t> & body, std::vector<uint8_t> & out);
+    decode_request parse_fields(const json & req) const;
+    void           parse_tokens(const json & req, decode_request & r) const;
+    // the residual of a bundle from the previous range, [n_rows, n_embd], after its metadata is checked
+    std::vector<float> parse_bundle(const std::vector<uint8_t> & body,
+                                    const std::vector<std::pair<std::string, std::string>> & want, int32_t n_rows) const;
+    std::string    wrong_input(bool tokens) const;
     decode_request parse_decode(const json & req, const std::vector<uint8_t> & body) const;
     int32_t        run_decode(const decode_request & r, const session & s);
     json           decode_output(const decode_request & r, std::vector<uint8_t> & out);

@@ -22,6 +22,7 @@ TARGETS: Mapping[str, float] = {
     "in_process_prefill": 0.97,
     "in_process_decode": 0.97,
     "workers_decode": 0.90,
+    "batched_decode": 0.95,
     "codec": 0.5,
 }
 """The ratio each measurement should reach (split / whole; the codec: to memcpy)."""
@@ -100,6 +101,19 @@ class SplitCost(convert.Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class BatchedCost(convert.Record):
+    """Several sessions decoding together, one step of each per request (`decode_batch`), through one worker
+    per range and through the whole model's worker: tokens/s of all sessions, in paired rounds."""
+
+    shards: int
+    sessions: int
+    speed: Speed
+    """`tokens`: of all sessions in a round; `same_tokens`: every session's tokens equal the whole model's."""
+    same_as_alone: bool
+    """The whole model's tokens of each session in the batch equal those of the session decoded alone."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemoryRow(convert.Record):
     """One layer range in a fresh process (mmap off): its bytes and their fractions of the whole model's."""
 
@@ -170,6 +184,8 @@ class ModelBench(convert.Record):
     chart: str | None = None
     upstream_comparison: Comparison | None = field(default=None, metadata=convert.OMIT_NONE)
     """`--rpc`: perplexity and llama-bench of this model, patched without a range vs upstream."""
+    batched: tuple[BatchedCost, ...] = field(default=(), metadata=convert.OMIT_EMPTY)
+    """Several sessions in one batch through 2 and 3 ranges (none in a result of an older dgr)."""
 
     @property
     def name(self) -> str:
@@ -199,6 +215,8 @@ def _worst(model: ModelBench) -> dict[str, float]:
         out["in_process_decode"] = min(r.decode.ratio.median for r in model.in_process)
     if model.workers:
         out["workers_decode"] = min(r.decode.ratio.median for r in model.workers)
+    if model.batched:
+        out["batched_decode"] = min(b.speed.ratio.median for b in model.batched)
     return out
 
 
@@ -228,6 +246,8 @@ class BenchResult(convert.Record):
     """`--rpc`: the comparisons with upstream (both or neither)."""
     harness: Harness | None = field(default=None, metadata=convert.OMIT_NONE)
     """What measured (dgr.contracts.harness); None: a result of a dgr that did not record it."""
+    batched: tuple[BatchedCost, ...] = field(default=(), metadata=convert.OMIT_EMPTY)
+    """Several sessions in one batch through 2 and 3 ranges, the default model's."""
 
     def all_models(self) -> dict[str, ModelBench]:
         """Every model by name, the default first, each with its split cost, memory and comparison."""

@@ -60,6 +60,8 @@ def model_bench(
         in_process = split.in_process(bin_dir, model_path, inv.n_layer, quick, threads)
     with log.step(f"{name}: split cost, one worker process per range"):
         workers = split.workers(worker, model_path, inv.n_layer, quick, threads, ctx)
+    with log.step(f"{name}: {split.SESSIONS} sessions in one batch, one worker process per range"):
+        batched = split.batched(worker, model_path, inv.n_layer, quick, threads, ctx)
     with log.step(f"{name}: memory per range"):
         rows = memory.measure(worker, model_path, inv, quick, ctx)
     png = memory.chart(rows, chart, model_path.stem, ctx)
@@ -68,6 +70,7 @@ def model_bench(
         hop_bytes_per_token=inv.n_embd * 4,
         in_process=in_process,
         workers=workers,
+        batched=batched,
         memory=rows,
         chart=str(png) if png else None,
     )

@@ -45,6 +45,7 @@ def model_lines(m: ModelBench) -> list[str]:
             shards = " + ".join(f"{ms:.2f}" for ms in d.shard_step_ms)
             lines.append(f"- {wk.shards}: {d.whole_step_ms:.2f} | {shards} | {d.round_trip_ms:.3f}")
     lines.extend(parts_lines(m))
+    lines.extend(batched_lines(m))
     lines.append("")
     lines.append("memory per range (mmap off, after the same prefill in every range)")
     return lines + table(
@@ -56,6 +57,27 @@ def model_lines(m: ModelBench) -> list[str]:
             for row in m.memory
         ],
     )
+
+
+def batched_lines(m: ModelBench) -> list[str]:
+    """Several sessions in one batch per step through the ranges, against the whole model with the same
+    sessions; none when the result has no such figures."""
+    if not m.batched:
+        return []
+    return [
+        "",
+        "sessions decoding together (one step of each per request), one worker per range: tokens/s of all "
+        "sessions, split / whole with the same sessions, the median of the paired rounds",
+        *table(
+            "shards | sessions | whole tokens/s | split tokens/s | ratio | same tokens | "
+            "whole batched = alone",
+            [
+                f"{b.shards} | {b.sessions} | {b.speed.whole_tps:.1f} | {b.speed.split_tps:.1f} | "
+                f"{b.speed.ratio.text()} | {b.speed.same_tokens} | {b.same_as_alone}"
+                for b in m.batched
+            ],
+        ),
+    ]
 
 
 PARTS_HEADER = (

@@ -12,15 +12,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dgr.contracts.bench import BenchResult, Speed, SplitCost, StageParts
+from dgr.contracts.bench import BatchedCost, BenchResult, Speed, SplitCost, StageParts
 from dgr.core import proc
 from dgr.errors import BenchError
 from dgr.verify.bench import paired
 from dgr.verify.models import inventory, prompts
 from dgr.verify.wire.client import OMP_ENV
-from dgr.verify.wire.pipeline import Pipeline
+from dgr.verify.wire.pipeline import BatchStep, Pipeline
 
 SPLITS = (2, 3, 5)
+BATCHED_SPLITS = (2, 3)
+SESSIONS = 4
+"""Sessions decoding together in `batched`."""
 
 
 DECODE_PROMPT = 16
@@ -106,6 +109,13 @@ def diverged(result: BenchResult) -> None:
     say): its speed is not that of the same computation. Raised after bench.json is written."""
     problems = [
         p for label, m in result.all_models().items() for p in token_problems(label, m.in_process, m.workers)
+    ]
+    problems += [
+        f"{label}: {b.sessions} sessions in one batch through {b.shards} ranges decoded other tokens "
+        "than the whole model with the same sessions"
+        for label, m in result.all_models().items()
+        for b in m.batched
+        if b.speed.same_tokens is not True
     ]
     if problems:
         raise BenchError(
@@ -243,4 +253,66 @@ def workers(
                     shard_parts=tuple(fastest[1][3]),
                 )
                 out.append(SplitCost(shards=k, prefill=tuple(speeds), decode=decode))
+    return tuple(out)
+
+
+def _batched_s(
+    pipe: Pipeline, session_prompts: list[list[int]], n: int, r: int
+) -> tuple[float, list[list[int]]]:
+    """Seconds for n steps of every session together (one `decode_batch` per step) after each session's
+    prompt, and each session's tokens (new sessions `b<i>-<r>`: round r)."""
+    names = [f"b{i}-{r}" for i in range(len(session_prompts))]
+    tokens = [
+        [pipe.step(name, 1, 0, prompt).argmax[-1]]
+        for name, prompt in zip(names, session_prompts, strict=True)
+    ]
+    start = time.perf_counter()
+    for j in range(n):
+        steps = [
+            BatchStep(name, 1, len(p) + j, [t[-1]])
+            for name, p, t in zip(names, session_prompts, tokens, strict=True)
+        ]
+        for t, token in zip(tokens, pipe.step_batch(steps).argmax, strict=True):
+            t.append(token)
+    return time.perf_counter() - start, tokens
+
+
+def batched(
+    worker: Path, model_path: Path, n_layer: int, quick: bool, threads: int, ctx: int = 1024
+) -> tuple[BatchedCost, ...]:
+    """SESSIONS sessions decoding together through one worker per range, against the whole model's worker
+    with the same sessions, in paired rounds; each session's tokens compared with the whole model's, and the
+    whole model's with each session decoded alone."""
+    _, n_decode, reps = _plan(quick)
+    out = []
+
+    def chain(split: list[tuple[int, int]]) -> Pipeline:
+        return Pipeline(worker, model_path, split, threads=threads, n_ctx=ctx, max_sessions=SESSIONS)
+
+    with chain([(0, n_layer)]) as whole:
+        text = whole.tokenize(prompts.LONG * 8)
+        # a prompt of its own for each session
+        starts = [i * DECODE_PROMPT for i in range(SESSIONS)]
+        session_prompts = [text[s : s + DECODE_PROMPT] for s in starts]
+        alone = [whole.generate(f"alone{i}", 1, p, n_decode + 1) for i, p in enumerate(session_prompts)]
+        for k in BATCHED_SPLITS:
+            with chain(inventory.split(n_layer, k)) as split:
+                runs = paired.alternate(
+                    reps,
+                    functools.partial(_batched_s, whole, session_prompts, n_decode),
+                    functools.partial(_batched_s, split, session_prompts, n_decode),
+                )
+            speed = _speed(
+                SESSIONS * n_decode,
+                [(a[0], b[0]) for a, b in runs],
+                same_tokens=all(a[1] == b[1] for a, b in runs),
+            )
+            out.append(
+                BatchedCost(
+                    shards=k,
+                    sessions=SESSIONS,
+                    speed=speed,
+                    same_as_alone=all(a[1] == alone for a, _ in runs),
+                )
+            )
     return tuple(out)

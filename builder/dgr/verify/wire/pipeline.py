@@ -15,6 +15,22 @@ from dgr.errors import ShardFailedError, WorkerDiedError, WorkerRequestError
 from dgr.verify.wire.client import ContextParams, Worker
 
 
+@dataclass(frozen=True)
+class BatchStep:
+    """One step of a session in `Pipeline.step_batch`: its tokens at positions pos..."""
+
+    session: str
+    epoch: int
+    pos: int
+    tokens: list[int]
+
+
+@dataclass
+class BatchResult:
+    argmax: list[int]  # per step: the argmax of its last token
+    seconds: list[float]  # per shard: request sent to reply read
+
+
 @dataclass
 class StepResult:
     argmax: list[int]
@@ -158,6 +174,25 @@ class Pipeline:
             else np.zeros((0, n_vocab), "<f4")
         )
         return StepResult(list(rep.header["argmax"]), arr, evicted, seconds)
+
+    def step_batch(self, steps: list[BatchStep], logits: str = "argmax") -> BatchResult:
+        """One step of each of several cached sessions, in one batch through every shard (`decode_batch`,
+        docs/protocol.md); WorkerRequestError on a refusal (a session not cached, a wrong position)."""
+        body = b""
+        seconds: list[float] = []
+        rep = None
+        for i in range(len(self.workers)):
+            fields = [
+                {"session": s.session, "epoch": s.epoch, "pos": s.pos, "n_tokens": len(s.tokens)}
+                | ({"tokens": s.tokens} if i == 0 else {})
+                for s in steps
+            ]
+            start = time.perf_counter()
+            rep = self._call(i, "decode_batch", body, steps=fields, logits=logits)
+            seconds.append(time.perf_counter() - start)
+            body = rep.body
+        assert rep is not None
+        return BatchResult([int(a) for a in rep.header["argmax"]], seconds)
 
     def prefill(self, session: str, epoch: int, tokens: list[int], logits: str = "last") -> StepResult:
         """Run a prompt of any length from position 0, in chunks of n_batch tokens: each chunk goes through
