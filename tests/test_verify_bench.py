@@ -123,6 +123,7 @@ def test_summary_takes_the_worst_ratio_and_checks_every_target() -> None:
         "in_process_decode": True,
         "workers_decode": False,
         "batched_decode": False,
+        "ranges_vs_rpc": False,
         "codec": True,
     }
     assert s.worst["batched_decode"] == {"m.gguf": 0.94}
@@ -136,7 +137,8 @@ def test_report_lists_every_measurement() -> None:
         "0.880 (0.870-0.900, best 0.885) |"
     ) in text
     assert "codec / memcpy: C++ 0.625 (0.615-0.645, best 0.630) (best 5.00 vs 8.00 GB/s)" in text
-    assert "- workers_decode >= 0.9: MISSED (m.gguf 0.880)" in text
+    assert "- workers_decode >= 0.93: MISSED (m.gguf 0.880)" in text
+    assert "- ranges_vs_rpc >= 1.0: MISSED (not measured)" in text
     assert "- 5: 7.50 | 1.60 + 1.60 + 1.60 + 1.60 + 1.60 | 0.020" in text
     assert "| 3 | 4 | 100.0 | 94.0 | 0.940 (0.930-0.960, best 0.945) | True | True |" in text
     # where each worker's step went, beside the whole model's; the rest of the step is the transport
@@ -346,3 +348,20 @@ def test_a_split_that_decodes_other_tokens_fails_the_bench() -> None:
     assert "2 split(s) decoded other tokens" in str(err.value)
     assert "m.gguf: the split into 3 (one worker per range) generated other tokens" in err.value.detail
     assert "m.gguf: the split into 5 (in one process) did not compare its tokens" in err.value.detail
+
+
+def test_ranges_against_rpc_is_met_only_when_every_paired_median_is_at_least_one() -> None:
+    """The `ranges_vs_rpc` target of the committed `--rpc` bench: the worst median of ranges / RPC over
+    prefill and decode at every number of processes; with every median raised to 1.01 it is met."""
+    data = {k: v for k, v in COMMITTED.items() if k != "summary"}
+    result = BenchResult.from_json(data)
+    assert result.rpc is not None and len(result.rpc.paired) == 2
+    medians = [m for p in result.rpc.paired for m in (p.prefill.median, p.decode.median)]
+    summary = result.summary()
+    assert summary.worst["ranges_vs_rpc"] == {result.rpc.model.file: min(medians)}
+    assert summary.met["ranges_vs_rpc"] == (min(medians) >= 1.0)
+    raised = json.loads(json.dumps(data))
+    for p in raised["rpc"]["paired"]:
+        for side in ("prefill", "decode"):
+            p[side] = {"median": 1.01, "low": 1.01, "high": 1.01, "best": 1.01, "rounds": [1.01]}
+    assert BenchResult.from_json(raised).summary().met["ranges_vs_rpc"] is True

@@ -50,7 +50,8 @@ struct decode_request {
     bool wants_logits(int32_t i) const;
 };
 
-// where the time of the decode requests went since the last `timing` request, in microseconds (docs/protocol.md)
+// where the time of the decode and decode_batch requests went since the last `timing` request, in microseconds
+// (docs/protocol.md)
 struct decode_timing {
     uint64_t n_requests    = 0;
     uint64_t graphs_reused = 0; // requests whose llama_process reused the previous compute graph
