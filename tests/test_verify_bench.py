@@ -142,8 +142,8 @@ def test_report_lists_every_measurement() -> None:
     assert "- 5: 7.50 | 1.60 + 1.60 + 1.60 + 1.60 + 1.60 | 0.020" in text
     assert "| 3 | 4 | 100.0 | 94.0 | 0.940 (0.930-0.960, best 0.945) | True | True |" in text
     # where each worker's step went, beside the whole model's; the rest of the step is the transport
-    assert "| 5 | whole | 7.500 | 1.000 | 0.010 | 0.020 | 6.000 | 0.030 | 0.040 | 0.88 | 1.400 |" in text
-    assert "| 5 | 5 | 1.600 | 1.000 | 0.010 | 0.020 | 1.200 | 0.030 | 0.040 | 0.88 | 0.300 |" in text
+    assert "| 5 | whole | 7.500 | 1.000 | 0.010 | 0.020 | 6.000 | 0.030 | 0.040 | 0.88 | 1.440 |" in text
+    assert "| 5 | 5 | 1.600 | 1.000 | 0.010 | 0.020 | 1.200 | 0.030 | 0.040 | 0.88 | 0.340 |" in text
     assert "| [10, 20) | 0.38 | 1.0 MiB | 1.0 MiB | 2.0 MiB | 0.38 |" in text
     # a build time is one run of each side, no median of rounds: the label says so
     assert "\nbuild, 1 run each: no-op dgr 0.20 s vs ninja 0.05 s\n" in text

@@ -335,12 +335,14 @@ def test_bench_quick_reports_every_key(real_cache: Path, real_build: dict[str, A
         # one figure per worker of the chain; the round trip that does no work is below any real step
         assert len(step["shard_step_ms"]) == row["shards"]
         assert 0 < step["round_trip_ms"] < min(step["shard_step_ms"]) < step["whole_step_ms"]
-        # where each worker's step went: its own parts fit in the step the supervisor timed
+        # where each worker's step went: its parts up to the reply fit in the step the supervisor timed (its
+        # write can end after the supervisor read the reply)
         parts = [step["whole_parts"], *step["shard_parts"]]
         assert len(parts) == row["shards"] + 1
         for part in parts:
-            inside = sum(part[k] for k in ("read_ms", "parse_ms", "process_ms", "output_ms", "write_ms"))
-            assert 0 < part["process_ms"] < inside < part["step_ms"] and part["graphs_reused"] > 0.5
+            inside = sum(part[k] for k in ("read_ms", "parse_ms", "process_ms", "output_ms"))
+            assert 0 < part["process_ms"] < inside < part["step_ms"] and part["write_ms"] > 0
+            assert part["graphs_reused"] > 0.5
     # sessions decoding together through 2 and 3 ranges, each with the whole model's tokens
     assert [(b["shards"], b["sessions"]) for b in out["batched"]] == [(2, 4), (3, 4)]
     assert all(b["speed"]["same_tokens"] and b["same_as_alone"] for b in out["batched"])

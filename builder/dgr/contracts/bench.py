@@ -54,16 +54,16 @@ class StageParts(convert.Record):
     """llama_process: the compute graph built or reused, and computed."""
     output_ms: float
     write_ms: float
+    """The worker's write of its reply: it can end after the supervisor has read the reply (the worker
+    descheduled before its write returned), so it is not a part of `step_ms`."""
     graphs_reused: float
     """The fraction of the requests whose llama_process reused the previous compute graph."""
 
     @property
     def transport_ms(self) -> float:
-        """The step less what the worker accounts for between the request and its reply: the pipes and
-        the supervisor."""
-        return self.step_ms - (
-            self.read_ms + self.parse_ms + self.process_ms + self.output_ms + self.write_ms
-        )
+        """The step less what the worker accounts for from the request to its reply: the pipes (the reply
+        written and read among them) and the supervisor."""
+        return self.step_ms - (self.read_ms + self.parse_ms + self.process_ms + self.output_ms)
 
 
 @dataclass(frozen=True, kw_only=True)

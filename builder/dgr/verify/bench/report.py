@@ -107,7 +107,8 @@ def parts_lines(m: ModelBench) -> list[str]:
         "where a decoded token's time goes, ms per token in each side's fastest round: the supervisor's "
         "request (step), and the worker's own account of it (wait: the other stages' turn; process: "
         "llama_process, the graph built or reused and computed; reused: the fraction of requests that "
-        "reused the graph); the rest of the step is the pipes and the supervisor",
+        "reused the graph); the rest of the step is the pipes (the reply written and read) and the "
+        "supervisor; a worker's write can end after the supervisor has read the reply",
         *table(PARTS_HEADER, rows),
     ]
 
