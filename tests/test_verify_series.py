@@ -69,3 +69,49 @@ def test_a_prefix_that_does_not_build_is_a_failed_check_naming_why() -> None:
     assert first.name == "prefix-1" and not first.passed
     assert "a.patch declares the native test test-x" in first.detail
     assert last.name == "prefix-2" and last.passed  # the whole series registers no test of its own
+
+
+def test_the_published_tests_carry_the_fixture_a_series_test_requires(tmp_path: Path) -> None:
+    """A series test that requires upstream's model-directory fixture is published with the test that sets
+    it up, and the directory moves from the work build into the published one (created there); upstream's
+    other tests and fixtures stay out."""
+    work = tmp_path / "work"
+    (work / "tests" / "test-models").mkdir(parents=True)
+    models = f"{work}/tests/test-models/"
+
+    def test(name: str, args: list[str], **props: Any) -> dict[str, Any]:
+        properties = [{"name": k, "value": v} for k, v in props.items()]
+        return {
+            "name": name,
+            "command": [str(work / "bin" / "test-llama-archs"), *args],
+            "properties": properties,
+        }
+
+    registered = [
+        test("test-generate-models", ["-o", models], FIXTURES_SETUP=["generate-models"]),
+        test("test-download-model", ["x"], FIXTURES_SETUP=["test-download-model"]),
+        test("test-save-load-state", ["--models", models], FIXTURES_REQUIRED=["generate-models"]),
+        test("test-llama-archs-layer-inputs", ["--layer-inputs"], LABELS=["main"]),
+        test("test-llama-archs-layer-ranges", ["--models", models], FIXTURES_REQUIRED=["generate-models"]),
+    ]
+    declared = {"test-llama-archs-layer-inputs": "a", "test-llama-archs-layer-ranges": "b"}
+    staging, final = tmp_path / "staging", tmp_path / "final"
+    staging.mkdir()
+    llama: Any = SimpleNamespace(tests=lambda: registered)
+    tests = artifacts.native_test_files(staging, llama, declared, work / "bin", final / "bin")
+    assert [t["name"] for t in tests] == [
+        "test-generate-models",
+        "test-llama-archs-layer-inputs",
+        "test-llama-archs-layer-ranges",
+    ]
+    assert tests[0]["command"] == [
+        str(final / "bin" / "test-llama-archs"),
+        "-o",
+        f"{final}/tests/test-models/",
+    ]
+    assert tests[2]["command"][-1] == f"{final}/tests/test-models/"
+    assert (staging / "tests" / "test-models").is_dir()
+    testfile = (staging / "CTestTestfile.cmake").read_text()
+    assert "FIXTURES_SETUP [==[generate-models]==]" in testfile
+    assert testfile.count("FIXTURES_REQUIRED [==[generate-models]==]") == 1
+    assert str(work) not in testfile
