@@ -159,6 +159,19 @@ def test_a_range_offloads_its_last_layers() -> None:
     assert offload.offloaded_layers(10, 20, 32, 0) == (set(), False)
 
 
+@pytest.mark.parametrize("n_layer", [4, 18, 30])
+def test_the_unsplit_reference_places_a_range_as_the_range_places_itself(n_layer: int) -> None:
+    # the reference of a split with layers on both sides: the unsplit model, loaded with reference_ngl
+    for begin in range(n_layer):
+        for end in range(begin + 1, n_layer + 1):
+            for ngl in range(end - begin + 3):
+                layers, output = offload.offloaded_layers(begin, end, n_layer, ngl)
+                on, on_output = upstream_offloaded(n_layer, offload.reference_ngl(begin, end, n_layer, ngl))
+                assert on & set(range(begin, end)) == layers, (begin, end, ngl)
+                if end == n_layer:
+                    assert on_output == output, (begin, end, ngl)
+
+
 def inventory(tied: bool) -> Inventory:
     tensors = {"token_embd.weight": 100, "output_norm.weight": 4, "rope_freqs.weight": 2}
     if not tied:
@@ -264,23 +277,12 @@ def test_a_weight_the_device_cannot_use_may_stay_in_host_memory() -> None:
     assert "offloaded but not on the device ['output.weight']" in problems[1]
 
 
-def test_a_mixed_placement_is_rebuilt_from_ranges_wholly_on_one_side() -> None:
-    # SmolLM2's halves with 5: [10, 15) and [26, 30) with the output layer on the device
-    assert offload.pieces([(0, 15), (15, 30)], 30, 5) == [
-        (0, 10, 0),
-        (10, 15, 999),
-        (15, 26, 0),
-        (26, 30, 999),
-    ]
-    # the last range with n_gpu_layers 1 offloads its output layer only
-    assert offload.pieces([(0, 2), (2, 4)], 4, 1) == [(0, 1, 0), (1, 2, 999), (2, 4, 1)]
-    # every range wholly on one side stays as it is
-    assert offload.pieces([(0, 2), (2, 4)], 4, 0) == [(0, 2, 0), (2, 4, 0)]
-    assert offload.pieces([(0, 2), (2, 4)], 4, 999) == [(0, 2, 999), (2, 4, 999)]
-    for ranges, ngl in ((((0, 10), (10, 20), (20, 30)), 5), (((0, 15), (15, 30)), 3)):
-        cut = offload.pieces(list(ranges), 30, ngl)
-        # the same layers (and output layer) offloaded
-        assert set().union(*(offload.offloaded_layers(b, e, 30, n)[0] for b, e, n in cut)) == set().union(
-            *(offload.offloaded_layers(b, e, 30, ngl)[0] for b, e in ranges)
-        )
-        assert offload.offloaded_layers(*cut[-1][:2], 30, cut[-1][2])[1]
+def test_a_mixed_placement_has_an_unsplit_reference_per_range() -> None:
+    # SmolLM2's halves with 5: [10, 15) on the device, as the unsplit model with 21 (the output layer and 20
+    # layers) places them; [26, 30) and the output layer, as with 5
+    assert [offload.reference_ngl(b, e, 30, 5) for b, e in ((0, 15), (15, 30))] == [21, 5]
+    # the last range with n_gpu_layers 1 offloads its output layer only; 0: none
+    assert offload.reference_ngl(2, 4, 4, 1) == 1
+    assert offload.reference_ngl(2, 4, 4, 0) == 0
+    # a range before the last with nothing offloaded: the device starts after it
+    assert offload.reference_ngl(0, 2, 4, 0) == 3

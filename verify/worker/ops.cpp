@@ -132,6 +132,7 @@ void worker::unload() {
     model_path_.clear();
     sessions_.clear();
     free_seqs_.clear();
+    layer_inps_.clear();
 }
 
 void worker::require_context() const {
@@ -268,6 +269,11 @@ json worker::op_load(const json & req) {
     const bool    offload      = req.contains("n_gpu_layers");
     const int32_t n_gpu_layers = get_field<int32_t>(req, "n_gpu_layers", -1);
     const bool    with_ctx    = get_field<bool>(req, "context", false);
+    // the layers whose input every decode extracts, for requests that ask for it (a reference for a range)
+    const std::vector<int32_t> layer_inps = get_field<std::vector<int32_t>>(req, "layer_inp", {});
+    if (!layer_inps.empty() && !with_ctx) {
+        throw request_error{"bad_request", "layer_inp needs a context"};
+    }
 
     // every field is checked before the loaded model is dropped
     const uint32_t    max_sessions = get_field<uint32_t>(req, "max_sessions", 4);
@@ -345,6 +351,17 @@ json worker::op_load(const json & req) {
             unload();
             throw request_error{"context_failed", err};
         }
+        for (const int32_t il : layer_inps) {
+            // inside the range, after its first layer: this worker computes that layer's input
+            if (!(held_.begin < il && il < held_.end)) {
+                const std::string range = "[" + std::to_string(held_.begin) + ", " + std::to_string(held_.end) + ")";
+                unload();
+                throw request_error{"bad_request", "layer_inp " + std::to_string(il) + " is not a layer after the "
+                                    "first of " + range + ", the layers this worker holds"};
+            }
+            llama_set_embeddings_layer_inp(ctx_, il, true);
+        }
+        layer_inps_ = layer_inps;
         n_ctx_   = llama_n_ctx(ctx_);
         n_batch_ = llama_n_batch(ctx_);
         for (int32_t s = (int32_t) max_sessions_ - 1; s >= 0; --s) {
@@ -720,6 +737,14 @@ std::string worker::wrong_input(bool tokens) const {
 
 decode_request worker::parse_decode(const json & req, const std::vector<uint8_t> & body) const {
     decode_request r = parse_fields(req);
+    // the reply is the hidden state that enters a layer inside the range instead: the split's reference
+    r.layer_inp = get_field<int32_t>(req, "layer_inp", -1);
+    if (req.contains("layer_inp") && std::find(layer_inps_.begin(), layer_inps_.end(), r.layer_inp) == layer_inps_.end()) {
+        throw request_error{"bad_request", "layer_inp " + std::to_string(r.layer_inp) + " is not a layer_inp of the load"};
+    }
+    if (r.layer_inp >= 0 && r.logits != "none") {
+        throw request_error{"bad_request", "a request with layer_inp replies with a hidden state: logits must be none"};
+    }
     // the input: tokens for the first range, a bundle from the previous range otherwise
     if (held_.begin == 0) {
         if (!body.empty()) {
@@ -758,48 +783,66 @@ session & worker::acquire_session(const decode_request & r, std::vector<std::str
     return s;
 }
 
-int32_t worker::run_decode(const decode_request & r, const session & s) {
-    llama_batch_ext_ptr batch(llama_batch_ext_init(ctx_));
-    for (int32_t i = 0; i < r.n_tokens; ++i) {
-        int32_t idx;
-        if (held_.begin == 0) {
-            idx = llama_batch_ext_add_token(batch.get(), s.seq, r.tokens[i]);
-        } else {
-            // a range without the input layer takes the hidden state that enters its first layer as embeddings
-            const llama_embd embd = { r.hidden.data() + (size_t) i*n_embd_, 1, (size_t) n_embd_ };
-            idx = llama_batch_ext_add_embd(batch.get(), s.seq, embd);
-        }
+void worker::add_to_batch(llama_batch_ext * batch, const session & s, const decode_request & r, const float * hidden,
+                          size_t row) const {
+    for (int32_t i = 0; i < r.n_tokens; ++i, ++row) {
+        // a range without the input layer takes the hidden state that enters its first layer as embeddings
+        const int32_t idx = held_.begin == 0 ?
+            llama_batch_ext_add_token(batch, s.seq, r.tokens[i]) :
+            llama_batch_ext_add_embd(batch, s.seq, { hidden + (size_t) i*n_embd_, 1, (size_t) n_embd_ });
         if (idx < 0) {
-            throw request_error{"decode_failed", "the batch refused entry " + std::to_string(i) + " (" + std::to_string(idx) + ")"};
+            throw request_error{"decode_failed", "the batch refused entry " + std::to_string(row) + " (" + std::to_string(idx) + ")"};
         }
         const llama_pos pos = r.pos + i;
-        llama_batch_ext_set_pos(batch.get(), idx, &pos);
-        llama_batch_ext_set_output_logits(batch.get(), idx, r.wants_logits(i));
+        llama_batch_ext_set_pos(batch, idx, &pos);
+        llama_batch_ext_set_output_logits(batch, idx, r.wants_logits(i));
     }
-    return llama_process(ctx_, LLAMA_PROCESS_TYPE_DECODE, batch.get());
+}
+
+worker::processed worker::process(llama_batch_ext * batch, const std::vector<const decode_request *> & rs,
+                                  const json & extra) {
+    const int32_t n_reused = llama_perf_context(ctx_).n_reused;
+    const auto    t0       = std::chrono::steady_clock::now();
+    const int32_t ret      = llama_process(ctx_, LLAMA_PROCESS_TYPE_DECODE, batch);
+    const double  us       = us_since(t0);
+    if (ret != 0) {
+        // nothing of the failed batch stays cached
+        for (const decode_request * r : rs) {
+            llama_memory_seq_rm(llama_get_memory(ctx_), sessions_.at(r->session).seq, r->pos, -1);
+        }
+        throw request_error{"decode_failed", llama_errors("llama_decode failed with " + std::to_string(ret)), extra};
+    }
+    return { us, llama_perf_context(ctx_).n_reused > n_reused };
+}
+
+void worker::encode_hidden(int32_t il, int64_t n_rows, std::map<std::string, std::string> meta,
+                           std::vector<uint8_t> & out) const {
+    const float * data = llama_get_embeddings_layer_inp(ctx_, il);
+    if (!data) {
+        throw request_error{"decode_failed", llama_errors("no hidden state after layer " + std::to_string(il - 1))};
+    }
+    bundle b;
+    b.meta = std::move(meta);
+    b.meta.insert({
+        {"model", identity_}, {"n_layer", std::to_string(n_layer_)},
+        {"layer_begin", std::to_string(held_.begin)}, {"layer_end", std::to_string(il)},
+    });
+    bundle_tensor & t = b.tensors["residual"];
+    t.dtype = "F32";
+    t.shape = { n_rows, n_embd_ };
+    t.data  = (const uint8_t *) data;
+    t.size  = (size_t) n_rows*n_embd_*sizeof(float);
+    out = bundle_encode(b);
 }
 
 json worker::decode_output(const decode_request & r, std::vector<uint8_t> & out) {
     json res = json::object();
-    if (held_.end < n_layer_) {
+    if (r.layer_inp >= 0 || held_.end < n_layer_) {
         // a range without the output layer outputs the hidden state that enters the layer where it ends
-        const float * data = llama_get_embeddings_layer_inp(ctx_, held_.end);
-        if (!data) {
-            throw request_error{"decode_failed", llama_errors("no hidden state after layer " + std::to_string(held_.end - 1))};
-        }
-        bundle b;
-        b.meta = {
-            {"model", identity_}, {"n_layer", std::to_string(n_layer_)},
-            {"layer_begin", std::to_string(held_.begin)}, {"layer_end", std::to_string(held_.end)},
+        encode_hidden(r.layer_inp >= 0 ? r.layer_inp : held_.end, r.n_tokens, {
             {"session", r.session}, {"epoch", std::to_string(r.epoch)}, {"pos", std::to_string(r.pos)},
             {"n_tokens", std::to_string(r.n_tokens)},
-        };
-        bundle_tensor & t = b.tensors["residual"];
-        t.dtype = "F32";
-        t.shape = { r.n_tokens, n_embd_ };
-        t.data  = (const uint8_t *) data;
-        t.size  = (size_t) r.n_tokens*n_embd_*sizeof(float);
-        out = bundle_encode(b);
+        }, out);
         return res;
     }
 
@@ -834,20 +877,14 @@ json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std:
     session & s = acquire_session(r, evicted);
     s.last_used = ++tick_;
 
-    const int32_t n_reused = llama_perf_context(ctx_).n_reused;
-    auto t0 = std::chrono::steady_clock::now();
-    const int32_t ret = run_decode(r, s);
-    const double process_us = us_since(t0);
-    if (ret != 0) {
-        llama_memory_seq_rm(llama_get_memory(ctx_), s.seq, r.pos, -1);
-        throw request_error{"decode_failed", llama_errors("llama_decode failed with " + std::to_string(ret)),
-                            { {"evicted", evicted} }};
-    }
+    llama_batch_ext_ptr batch(llama_batch_ext_init(ctx_));
+    add_to_batch(batch.get(), s, r, r.hidden.data(), 0);
+    const processed p = process(batch.get(), { &r }, { {"evicted", evicted} });
     s.n_pos = r.pos + r.n_tokens;
 
-    t0 = std::chrono::steady_clock::now();
+    const auto t0 = std::chrono::steady_clock::now();
     json res = decode_output(r, out);
-    add_timing(parse_us, process_us, us_since(t0), llama_perf_context(ctx_).n_reused > n_reused);
+    add_timing(parse_us, p.us, us_since(t0), p.reused);
     res["session"] = r.session;
     res["epoch"]   = r.epoch;
     res["n_pos"]   = s.n_pos;
@@ -930,33 +967,16 @@ json worker::op_decode_batch(const json & req, const std::vector<uint8_t> & body
     const double parse_us = us_since(handle_start_);
 
     llama_batch_ext_ptr batch(llama_batch_ext_init(ctx_));
+    std::vector<const decode_request *> added;
     size_t row = 0;
     for (const decode_request & r : rs) {
-        const session & s = sessions_.at(r.session);
-        for (int32_t i = 0; i < r.n_tokens; ++i, ++row) {
-            const int32_t idx = held_.begin == 0 ?
-                llama_batch_ext_add_token(batch.get(), s.seq, r.tokens[i]) :
-                llama_batch_ext_add_embd(batch.get(), s.seq, { hidden.data() + row*n_embd_, 1, (size_t) n_embd_ });
-            if (idx < 0) {
-                throw request_error{"decode_failed", "the batch refused entry " + std::to_string(row) + " (" + std::to_string(idx) + ")"};
-            }
-            const llama_pos pos = r.pos + i;
-            llama_batch_ext_set_pos(batch.get(), idx, &pos);
-            llama_batch_ext_set_output_logits(batch.get(), idx, i == r.n_tokens - 1);
-        }
+        add_to_batch(batch.get(), sessions_.at(r.session), r, hidden.data() + row*n_embd_, row);
+        row += r.n_tokens;
+        added.push_back(&r);
     }
-    const int32_t n_reused = llama_perf_context(ctx_).n_reused;
-    auto t0 = std::chrono::steady_clock::now();
-    const int32_t ret = llama_process(ctx_, LLAMA_PROCESS_TYPE_DECODE, batch.get());
-    const double process_us = us_since(t0);
-    if (ret != 0) {
-        for (const decode_request & r : rs) {
-            llama_memory_seq_rm(llama_get_memory(ctx_), sessions_.at(r.session).seq, r.pos, -1);
-        }
-        throw request_error{"decode_failed", llama_errors("llama_decode failed with " + std::to_string(ret))};
-    }
+    const processed p = process(batch.get(), added, json::object());
 
-    t0 = std::chrono::steady_clock::now();
+    const auto t0 = std::chrono::steady_clock::now();
     json results = json::array();
     for (const decode_request & r : rs) {
         session & s = sessions_.at(r.session);
@@ -966,21 +986,7 @@ json worker::op_decode_batch(const json & req, const std::vector<uint8_t> & body
     }
     json res = { {"results", results} };
     if (held_.end < n_layer_) {
-        const float * data = llama_get_embeddings_layer_inp(ctx_, held_.end);
-        if (!data) {
-            throw request_error{"decode_failed", llama_errors("no hidden state after layer " + std::to_string(held_.end - 1))};
-        }
-        bundle b;
-        b.meta = {
-            {"model", identity_}, {"n_layer", std::to_string(n_layer_)},
-            {"layer_begin", std::to_string(held_.begin)}, {"layer_end", std::to_string(held_.end)}, {"steps", steps},
-        };
-        bundle_tensor & t = b.tensors["residual"];
-        t.dtype = "F32";
-        t.shape = { (int64_t) n_total, n_embd_ };
-        t.data  = (const uint8_t *) data;
-        t.size  = (size_t) n_total*n_embd_*sizeof(float);
-        out = bundle_encode(b);
+        encode_hidden(held_.end, (int64_t) n_total, { {"steps", steps} }, out);
     } else {
         json argmax = json::array();
         row = 0;
@@ -998,7 +1004,7 @@ json worker::op_decode_batch(const json & req, const std::vector<uint8_t> & body
         res["argmax"]  = argmax;
         res["n_vocab"] = n_vocab_;
     }
-    add_timing(parse_us, process_us, us_since(t0), llama_perf_context(ctx_).n_reused > n_reused);
+    add_timing(parse_us, p.us, us_since(t0), p.reused);
     return res;
 }
 

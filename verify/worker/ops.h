@@ -14,6 +14,7 @@
 
 struct llama_model;
 struct llama_context;
+struct llama_batch_ext;
 
 namespace lw {
 
@@ -46,6 +47,7 @@ struct decode_request {
     std::string              logits; // none, last, all or argmax (the last one's argmax, no logits)
     std::vector<int32_t>     tokens;
     std::vector<float>       hidden; // [n_tokens, n_embd]
+    int32_t                  layer_inp = -1; // >= 0: the reply is the hidden state that enters this layer
 
     bool wants_logits(int32_t i) const;
 };
@@ -82,9 +84,9 @@ public:
     // the wait and the read of the request that handle() gets next, and the write of the reply it returned
     void set_request_io(double wait_us, double read_us) { wait_us_ = wait_us; read_us_ = read_us; }
     void add_reply_write(double write_us);
-    void add_timing(double parse_us, double process_us, double output_us, bool reused);
 
 private:
+    void add_timing(double parse_us, double process_us, double output_us, bool reused);
     json op_hello();
     json op_load(const json & req);
     json op_memory();
@@ -98,7 +100,18 @@ private:
                                     const std::vector<std::pair<std::string, std::string>> & want, int32_t n_rows) const;
     std::string    wrong_input(bool tokens) const;
     decode_request parse_decode(const json & req, const std::vector<uint8_t> & body) const;
-    int32_t        run_decode(const decode_request & r, const session & s);
+    // the tokens (first range) or hidden rows of r, in the sequence of s; `row`: r's first row in the batch
+    void add_to_batch(llama_batch_ext * batch, const session & s, const decode_request & r, const float * hidden,
+                      size_t row) const;
+    struct processed {
+        double us;     // llama_process
+        bool   reused; // the previous compute graph
+    };
+    // llama_process of the batch of rs; on failure their new positions are removed, and the request fails with extra
+    processed process(llama_batch_ext * batch, const std::vector<const decode_request *> & rs, const json & extra);
+    // the bundle of the hidden state that enters layer il, of the batch's n_rows tokens, with meta
+    void encode_hidden(int32_t il, int64_t n_rows, std::map<std::string, std::string> meta,
+                       std::vector<uint8_t> & out) const;
     json           decode_output(const decode_request & r, std::vector<uint8_t> & out);
     json op_truncate(const json & req);
     json op_release(const json & req);
@@ -141,6 +154,7 @@ private:
 
     std::map<std::string, session> sessions_;
     std::vector<int32_t>           free_seqs_;
+    std::vector<int32_t>           layer_inps_; // the layers whose input every decode extracts (load's layer_inp)
     uint64_t                       tick_ = 0;
 
     decode_timing timing_;

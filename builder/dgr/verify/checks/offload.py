@@ -4,13 +4,20 @@ For each model and each configuration (a split into ranges, and the `n_gpu_layer
 - placement: in each range the last `n_gpu_layers` layers (the output layer first, if the range holds it) have
   their weights in buffers of the device and their K cache there, and no other tensor or layer does; the
   device's weight bytes are those of the offloaded tensors, read from the model file;
-- numbers: the split's logits of a prefill equal, within an NMSE tolerance (in practice: bit for bit), those
-  of a run with the same placement of every layer: the unsplit model on the CPU (n_gpu_layers 0) or on the
-  device (all); a split with layers on both sides, its ranges cut where the device starts, each piece
-  wholly on the CPU or on the device (a GPU backend's kernels are not the CPU's: on lavapipe the unsplit
-  model on the device and on the CPU differ by NMSE 1e-3 for Q4 weights, and decoding parts after a few
-  tokens, so only a run with the same placement can be expected to give the same numbers);
-- greedy decoding of the split gives the tokens of that run.
+- numbers, against the unsplit model (loaded with no range, llama.cpp's default path, with an n_gpu_layers):
+  - a split wholly on the CPU or wholly on the device: its logits of a prefill equal, within an NMSE
+    tolerance (in practice: bit for bit), those of the unsplit model there, and its greedy decoding gives the
+    same tokens
+    (a GPU backend's kernels are not the CPU's: on lavapipe the unsplit model on the device and on the CPU
+    differ by NMSE 1e-3 for Q4 weights, and decoding parts after a few tokens, so only a run with the same
+    placement can be expected to give the same numbers);
+  - a split with layers on both sides: each range against the unsplit model loaded with the n_gpu_layers that
+    places the range's layers as the range places them (llama.cpp offloads the last n_gpu_layers of the whole
+    model, the output layer first; a range offloads the last of its own). The range takes the unsplit model's
+    hidden state that enters its first layer (upstream's `llama_set_embeddings_layer_inp`, the worker's
+    `layer_inp`), for a prefill and then each token of the prompt's continuation, and its output must equal
+    the unsplit model's bit for bit (the same kernels on the same inputs): the hidden state that enters the
+    layer where the range ends, or the logits.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from dgr.verify.checks.report import guarded, matching_prefix, verdict
 from dgr.verify.checks.session import conformance
 from dgr.verify.models import inventory, prompts, synth
 from dgr.verify.models.env import Env, RealModel
+from dgr.verify.wire import bundle
+from dgr.verify.wire.client import ContextParams, Worker
 from dgr.verify.wire.pipeline import Pipeline
 
 NMSE_TOLERANCE = 1e-4
@@ -39,6 +48,9 @@ PREFILL_TOKENS = 16
 32 tokens by default for Vulkan and CUDA): so the prefill's products run where the weights are, and a split
 with its layers on the CPU is compared with the unsplit model on the CPU, not with the device's kernels."""
 GREEDY_TOKENS = 16
+STEPS = 4
+"""The tokens after the prefill that each range of a split with layers on both sides decodes one at a time,
+against the unsplit model decoding the same tokens."""
 TIMEOUT = 900.0
 """How long a worker request may take: a software device (lavapipe) on 2 cores runs a prefill of Gemma 3's
 262k-token head in minutes."""
@@ -75,19 +87,13 @@ def offloaded_layers(begin: int, end: int, n_layer: int, n_gpu_layers: int) -> t
     return set(range(first, min(top, end))), end == n_layer and first <= n_layer < top
 
 
-def pieces(ranges: list[tuple[int, int]], n_layer: int, n_gpu_layers: int) -> list[tuple[int, int, int]]:
-    """The same placement as `ranges` each loaded with `n_gpu_layers`, from ranges wholly on the CPU or on
-    the device: each range cut where its offloaded layers start, as (begin, end, n_gpu_layers)."""
-    out = []
-    for begin, end in ranges:
-        layers, output = offloaded_layers(begin, end, n_layer, n_gpu_layers)
-        first = min(layers, default=end)
-        if begin < first:
-            # with no offloaded layer, the range's output layer (if any) is the CPU part's
-            out.append((begin, first, int(output and first == end)))
-        if first < end:
-            out.append((first, end, ALL))
-    return out
+def reference_ngl(begin: int, end: int, n_layer: int, n_gpu_layers: int) -> int:
+    """The n_gpu_layers of the unsplit model that places the layers of [begin, end), and the output layer when
+    the range holds it, as the range loaded with `n_gpu_layers` places them."""
+    layers, output = offloaded_layers(begin, end, n_layer, n_gpu_layers)
+    if end == n_layer and not output:
+        return 0
+    return n_layer + 1 - min(layers, default=end)
 
 
 def expected_on_device(inv: inventory.Inventory, begin: int, end: int, n_gpu_layers: int) -> set[str]:
@@ -187,9 +193,11 @@ class Outcome:
 class Reference:
     """The unsplit model with every layer on the device and with none: a split wholly on one side is compared
     with the unsplit model there (a device's kernels are not the CPU's, so decoding can part after a few
-    tokens)."""
+    tokens). `continuation`: the tokens that follow the prompt, decoded one at a time by each range of a
+    split with layers on both sides."""
 
     tokens: list[int]
+    continuation: list[int]
     device: Outcome
     cpu: Outcome
 
@@ -204,21 +212,23 @@ class Reference:
 
 
 def _prompt(env: Env, model: Path, real: bool) -> list[int]:
+    """The prompt's first PREFILL_TOKENS + STEPS tokens."""
+    n = PREFILL_TOKENS + STEPS
     if not real:
         rng = np.random.default_rng(7)
-        return [int(t) for t in rng.integers(0, synth.LLAMA_UNTIED.n_vocab, PREFILL_TOKENS)]
-    with Pipeline(
-        env.worker, model, [(0, -1)], threads=env.threads, n_gpu_layers=0, timeout=TIMEOUT
-    ) as whole:
+        return [int(t) for t in rng.integers(0, synth.LLAMA_UNTIED.n_vocab, n)]
+    with Pipeline(env.worker, model, None, threads=env.threads, n_gpu_layers=0, timeout=TIMEOUT) as whole:
         tokens = whole.tokenize(prompts.LONG)
-    if len(tokens) < PREFILL_TOKENS:
-        raise RuntimeError(f"the prompt has {len(tokens)} tokens, fewer than {PREFILL_TOKENS}")
-    return tokens[:PREFILL_TOKENS]
+    if len(tokens) < n:
+        raise RuntimeError(f"the prompt has {len(tokens)} tokens, fewer than {n}")
+    return tokens[:n]
 
 
 def _run(
-    env: Env, model: Path, ranges: list[tuple[int, int]], ngl: int | list[int], tokens: list[int]
+    env: Env, model: Path, ranges: list[tuple[int, int]] | None, ngl: int, tokens: list[int]
 ) -> tuple[list[dict[str, Any]], Outcome]:
+    """A prefill of `tokens` (all their logits) and greedy decoding after it, through `ranges` (None: the
+    unsplit model)."""
     with Pipeline(env.worker, model, ranges, threads=env.threads, n_gpu_layers=ngl, timeout=TIMEOUT) as pipe:
         info = list(pipe.info)
         logits = pipe.step("prefill", 1, 0, tokens, logits="all").logits
@@ -226,11 +236,67 @@ def _run(
     return info, Outcome(logits, greedy)
 
 
-def reference(env: Env, model: Path, n_layer: int, real: bool) -> Reference:
+def reference(env: Env, model: Path, real: bool) -> Reference:
     tokens = _prompt(env, model, real)
-    _, device = _run(env, model, [(0, n_layer)], ALL, tokens)
-    _, cpu = _run(env, model, [(0, n_layer)], 0, tokens)
-    return Reference(tokens, device=device, cpu=cpu)
+    prompt, continuation = tokens[:PREFILL_TOKENS], tokens[PREFILL_TOKENS:]
+    _, device = _run(env, model, None, ALL, prompt)
+    _, cpu = _run(env, model, None, 0, prompt)
+    return Reference(prompt, continuation, device=device, cpu=cpu)
+
+
+def _output(reply: Any, end: int, n_layer: int) -> np.ndarray:
+    """What a decode reply carries: the logits (a range that ends with the model) or the hidden state."""
+    if end < n_layer:
+        return bundle.decode(reply.body).tensor("residual")
+    return np.frombuffer(reply.body, dtype="<f4").reshape(-1, int(reply.header["n_vocab"]))
+
+
+def range_against_unsplit(
+    env: Env, inv: inventory.Inventory, ref: Reference, shard: Worker, begin: int, end: int, ngl: int
+) -> tuple[list[str], dict[str, Any]]:
+    """The range [begin, end) loaded with `ngl` (the worker `shard`) against the unsplit model loaded with the
+    n_gpu_layers that places those layers alike: given the unsplit model's hidden state that enters `begin`,
+    for the prompt and then each token of the continuation, the range must output what the unsplit model
+    computes (the hidden state that enters `end`, or the logits)."""
+    where = f"[{begin}, {end})"
+    n_layer = inv.n_layer
+    ref_ngl = reference_ngl(begin, end, n_layer, ngl)
+    chunks = [ref.tokens] + [[t] for t in ref.continuation]
+    worst = 0.0
+    context = ContextParams(threads=env.threads)
+    with Worker(env.worker, f"unsplit-ngl-{ref_ngl}", timeout=TIMEOUT) as unsplit:
+        captured = [il for il in (begin, end) if 0 < il < n_layer]
+        unsplit.load(inv.path, None, context=context, n_gpu_layers=ref_ngl, layer_inp=captured)
+        pos = 0
+        for chunk in chunks:
+            step: dict[str, Any] = {"epoch": 1, "pos": pos, "n_tokens": len(chunk), "tokens": chunk}
+            body = b""
+            if begin > 0:
+                # the input of the range: the unsplit model's hidden state that enters layer `begin`
+                body = unsplit.request("decode", session="in", layer_inp=begin, logits="none", **step).body
+            out: dict[str, Any] = {"layer_inp": end, "logits": "none"} if end < n_layer else {"logits": "all"}
+            want = _output(unsplit.request("decode", session="out", **step, **out), end, n_layer)
+            sent = step if begin == 0 else {k: v for k, v in step.items() if k != "tokens"}
+            logits = "all" if end == n_layer else "none"
+            got = _output(shard.request("decode", body, session="in", logits=logits, **sent), end, n_layer)
+            error = nmse(want, got)
+            worst = max(worst, error)
+            # the same kernels on the same inputs: bit for bit (one layer placed elsewhere gave NMSE 4e-5 on
+            # SmolLM2's hidden state, below the logits' tolerance)
+            if not np.array_equal(want, got):
+                what = "logits" if end == n_layer else f"hidden state that enters layer {end}"
+                return [
+                    f"{where}: at position {pos} the {what} differ from those of unsplit-ngl-{ref_ngl}: "
+                    f"NMSE {error:.3e}"
+                ], {"range": [begin, end], "compared_with": f"unsplit-ngl-{ref_ngl}", "nmse": error}
+            pos += len(chunk)
+    figures = {
+        "range": [begin, end],
+        "compared_with": f"unsplit-ngl-{ref_ngl}",
+        "nmse": worst,
+        "steps_bit_exact": len(chunks),
+    }
+    return [], figures
 
 
 def check_config(
@@ -240,39 +306,41 @@ def check_config(
     problems: list[str] = []
     device_bytes, host_kept = [], []
     assert env.device is not None
-    info, run = _run(env, inv.path, ranges, config.n_gpu_layers, ref.tokens)
-    for (begin, end), rep in zip(ranges, info, strict=True):
-        problems += placement_problems(inv, rep, begin, end, config.n_gpu_layers, env.device)
-        device_bytes.append(int(rep["device_bytes"]))
-        host_kept += [{"range": [begin, end], **t} for t in rep["host_kept"]]
-    # numbers: against a run with the same placement of every layer
-    base = ref.of(config.n_gpu_layers)
-    compared_with = "unsplit-ngl-0" if config.n_gpu_layers == 0 else "unsplit-ngl-all"
-    if base is None:
-        cut = pieces(ranges, inv.n_layer, config.n_gpu_layers)
-        compared_with = " ".join(f"[{b},{e}):{'all' if n >= ALL else n}" for b, e, n in cut)
-        _, base = _run(env, inv.path, [(b, e) for b, e, _ in cut], [n for _, _, n in cut], ref.tokens)
-    error = nmse(base.logits, run.logits)
-    if not error <= NMSE_TOLERANCE:
-        problems.append(f"the logits differ from those of {compared_with}: NMSE {error:.3e}")
-    same = matching_prefix(run.greedy, base.greedy)
-    if same != GREEDY_TOKENS:
-        problems.append(f"greedy decoding: {same} of {GREEDY_TOKENS} tokens match those of {compared_with}")
-    figures = {
+    ngl = config.n_gpu_layers
+    figures: dict[str, Any] = {
         "ranges": [list(r) for r in ranges],
-        "n_gpu_layers": config.n_gpu_layers,
-        "offloaded_layers": [
-            len(offloaded_layers(b, e, inv.n_layer, config.n_gpu_layers)[0]) for b, e in ranges
-        ],
-        "device_bytes": device_bytes,
-        "host_kept": host_kept,
-        "compared_with": compared_with,
-        "nmse": error,
-        "greedy_tokens_matching": same,
-        "nmse_vs_unsplit_device": nmse(ref.device.logits, run.logits),
+        "n_gpu_layers": ngl,
+        "offloaded_layers": [len(offloaded_layers(b, e, inv.n_layer, ngl)[0]) for b, e in ranges],
         "unsplit_device_vs_cpu_nmse": ref.cpu_nmse,
         "unsplit_device_vs_cpu_greedy": matching_prefix(ref.device.greedy, ref.cpu.greedy),
     }
+    pipe = Pipeline(env.worker, inv.path, ranges, threads=env.threads, n_gpu_layers=ngl, timeout=TIMEOUT)
+    with pipe:
+        for (begin, end), rep in zip(ranges, pipe.info, strict=True):
+            problems += placement_problems(inv, rep, begin, end, ngl, env.device)
+            device_bytes.append(int(rep["device_bytes"]))
+            host_kept += [{"range": [begin, end], **t} for t in rep["host_kept"]]
+        figures |= {"device_bytes": device_bytes, "host_kept": host_kept}
+        base = ref.of(ngl)
+        if base is None:
+            # layers on both sides: no unsplit run places them alike, so each range against its own
+            per_range = []
+            for (begin, end), shard in zip(ranges, pipe.workers, strict=True):
+                found, fig = range_against_unsplit(env, inv, ref, shard, begin, end, ngl)
+                problems += found
+                per_range.append(fig)
+            figures["per_range"] = per_range
+            return verdict("offload", f"{config.name}/{label}", evidence, problems, figures)
+        logits = pipe.step("prefill", 1, 0, ref.tokens, logits="all").logits
+        greedy = pipe.generate("greedy", 1, ref.tokens, GREEDY_TOKENS)
+    compared_with = "unsplit-ngl-0" if ngl == 0 else "unsplit-ngl-all"
+    error = nmse(base.logits, logits)
+    if not error <= NMSE_TOLERANCE:
+        problems.append(f"the logits differ from those of {compared_with}: NMSE {error:.3e}")
+    same = matching_prefix(greedy, base.greedy)
+    if same != GREEDY_TOKENS:
+        problems.append(f"greedy decoding: {same} of {GREEDY_TOKENS} tokens match those of {compared_with}")
+    figures |= {"compared_with": compared_with, "nmse": error, "greedy_tokens_matching": same}
     return verdict("offload", f"{config.name}/{label}", evidence, problems, figures)
 
 
@@ -286,7 +354,7 @@ def _checks(env: Env, model: Path, evidence: Evidence, label: str) -> list[Check
     refs: list[Reference] = []
 
     def unsplit() -> list[Check]:
-        refs.append(reference(env, model, inv.n_layer, evidence == REAL_MODEL))
+        refs.append(reference(env, model, evidence == REAL_MODEL))
         return []
 
     # the unsplit model on the device: what every split is compared with (a failure is a failed check)

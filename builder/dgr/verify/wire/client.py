@@ -9,6 +9,7 @@ import select
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,12 +159,15 @@ class Worker:
         mmap: bool = True,
         context: ContextParams | None = None,
         n_gpu_layers: int | None = None,
+        layer_inp: Sequence[int] = (),
     ) -> dict[str, Any]:
         """Load the layer range `layers` of `model` (end -1: the last layer; None with `mmap` true: no model
         parameter is sent, so the worker loads with `llama_model_default_params()` as they are) and, with
         `context`, a context for sessions; the reply: what the model holds (ownership), with the context's
         `n_ctx`, `n_batch` and `max_sessions` when there is one (docs/protocol.md, `load`). `n_gpu_layers`:
-        the layers of the range to offload to the GPU devices of the build (None: llama.cpp's default)."""
+        the layers of the range to offload to the GPU devices of the build (None: llama.cpp's default).
+        `layer_inp`: layers inside the range whose input every decode extracts, for a decode request that asks
+        for one of them instead of its output (`layer_inp`)."""
         fields: dict[str, Any] = {} if layers is None and mmap else {"mmap": mmap}
         if n_gpu_layers is not None:
             fields["n_gpu_layers"] = n_gpu_layers
@@ -171,6 +175,8 @@ class Worker:
             fields |= {"layer_begin": layers[0], "layer_end": layers[1]}
         if context is not None:
             fields |= {"context": True, **context.fields()}
+        if layer_inp:
+            fields["layer_inp"] = list(layer_inp)
         header: dict[str, Any] = self.request("load", model=str(model), **fields).header
         return header
 

@@ -64,7 +64,7 @@ class Pipeline:
     to the build's GPU devices, or the range's own of a sequence; None: llama.cpp's default); `step` runs
     tokens through all of them.
     `split` None: one worker that loads the model with llama.cpp's default model parameters (no range
-    asked for); its `split` is then the range the loaded model holds."""
+    asked for; `n_gpu_layers` if given); its `split` is then the range the loaded model holds."""
 
     def __init__(
         self,
@@ -87,7 +87,8 @@ class Pipeline:
             if split is None:
                 w = Worker(worker_bin, "whole (default parameters)", timeout=timeout, max_body=max_body)
                 self.workers.append(w)
-                self.info.append(w.load(model, None, context=context))
+                assert n_gpu_layers is None or isinstance(n_gpu_layers, int)
+                self.info.append(w.load(model, None, context=context, n_gpu_layers=n_gpu_layers))
                 split = [(int(self.info[0]["layer_begin"]), int(self.info[0]["layer_end"]))]
             else:
                 for i, (begin, end) in enumerate(split):
