@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import tarfile
 from pathlib import Path
 
 import pytest
+from dgr.core import fs
 from dgr.core.fs import publish_dir, remove_dir, verified_cached, writable_dir
-from dgr.errors import ConfigError
+from dgr.errors import ConfigError, IntegrityError
 
 
 def filled(path: Path, text: str) -> Path:
@@ -65,3 +69,40 @@ def test_a_dir_that_cannot_be_written_is_a_config_error(tmp_path: Path, make: st
     assert str(target) in info.value.what and "$DGR_CACHE_DIR" in (info.value.hint or "")
     writable_dir(tmp_path / "new" / "dir", "--out")
     assert (tmp_path / "new" / "dir").is_dir() and not any((tmp_path / "new" / "dir").iterdir())
+
+
+def _tar(path: Path, members: list[tuple[str, bytes | None, str]]) -> Path:
+    """A tar of (name, data or None for a symlink, link target) members."""
+    with tarfile.open(path, "w") as tar:
+        for name, data, link in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+# the fallback is what Python 3.11.2 (Debian 12's) runs: its tarfile has no "data" filter
+@pytest.mark.parametrize("has_filter", [True, False], ids=["data-filter", "fallback"])
+def test_an_archive_extracts_only_inside_its_destination(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, has_filter: bool
+) -> None:
+    if not has_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    good = _tar(tmp_path / "good.tar", [("top/a.txt", b"a", ""), ("top/link", None, "a.txt")])
+    with tarfile.open(good) as tar:
+        fs.extract_members(tar, tmp_path / "out", tar.getmembers(), "good.tar")
+    assert (tmp_path / "out" / "top" / "link").read_text() == "a"
+    for name, data, link in (("../evil.txt", b"x", ""), ("top/out", None, "../../evil")):
+        bad = _tar(tmp_path / "bad.tar", [(name, data, link)])
+        with tarfile.open(bad) as tar, pytest.raises(IntegrityError, match=r"bad\.tar"):
+            fs.extract_members(tar, tmp_path / "bad", tar.getmembers(), "bad.tar")
+        assert not (tmp_path / "evil.txt").exists() and not (tmp_path / "evil").exists()
+    # an absolute name: refused (the fallback) or written inside the destination (the data filter)
+    absolute = _tar(tmp_path / "abs.tar", [(str(tmp_path / "abs.txt"), b"x", "")])
+    with tarfile.open(absolute) as tar, contextlib.suppress(IntegrityError):
+        fs.extract_members(tar, tmp_path / "abs", tar.getmembers(), "abs.tar")
+    assert not (tmp_path / "abs.txt").exists()

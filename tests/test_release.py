@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from dgr.cli import main
 from dgr.contracts import locks
+from dgr.core import fs
 from dgr.core.digest import sha256_file
 
 from tests.helpers import ROOT, FakeUpstream, git
@@ -54,7 +55,7 @@ def release_sdist(fake: FakeUpstream, commit: str, version: str, index: Path, ed
     archive = index.parent / f"{commit}.tar"
     git(fake.path, "archive", "--format=tar", f"--output={archive}", commit)
     with tarfile.open(archive) as tar:
-        tar.extractall(folder, filter="data")
+        fs.extract_members(tar, folder, tar.getmembers(), archive.name)
     (folder / "docs" / "build.md").unlink()
     if edit:
         readme = folder / "README.md"

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+import tarfile
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from dgr.core import log
 from dgr.core.digest import sha256_file
-from dgr.errors import ConfigError, DgrError
+from dgr.errors import ConfigError, DgrError, IntegrityError
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -145,3 +146,35 @@ def read_or_refuse(path: Path, missing: str, hint: str, error: type[DgrError]) -
         raise error(missing, expected=str(path), actual="missing", hint=hint) from None
     except OSError as exc:
         raise error(f"{path}: unreadable ({exc})", hint=hint) from exc
+
+
+def extract_members(tar: tarfile.TarFile, dest: Path, members: Sequence[tarfile.TarInfo], what: str) -> None:
+    """Extract `members` of `tar` into `dest`, refusing any that would land outside it: tarfile's "data"
+    filter where this Python has it (3.11.4 and later), else the same checks made here (Debian 12's Python
+    is 3.11.2): no absolute or `..` path, no link that leaves `dest`, no device or FIFO, no setuid bits."""
+    if hasattr(tarfile, "data_filter"):
+        try:
+            tar.extractall(dest, members=members, filter="data")
+        except tarfile.FilterError as exc:
+            raise IntegrityError(
+                f"{what}: {exc}", hint="the archive is not what the lock names: fetch it again"
+            ) from exc
+        return
+    root = dest.resolve()
+    for m in members:
+        target = (root / m.name).resolve()
+        where = (target.parent / m.linkname).resolve() if m.issym() else (root / m.linkname).resolve()
+        bad = (
+            m.name.startswith("/")
+            or ".." in Path(m.name).parts
+            or not target.is_relative_to(root)
+            or ((m.issym() or m.islnk()) and not where.is_relative_to(root))
+            or not (m.isfile() or m.isdir() or m.issym() or m.islnk())
+        )
+        if bad:
+            raise IntegrityError(
+                f"{what}: the member {m.name} would be written outside of {dest} or is not a plain file",
+                hint="the archive is not what the lock names: fetch it again",
+            )
+        m.mode &= 0o755
+    tar.extractall(dest, members=members)

@@ -33,7 +33,7 @@ from dgr.contracts.locks import (
     SdistRef,
     release_version,
 )
-from dgr.core import log
+from dgr.core import fs, log
 from dgr.errors import UpstreamError
 from dgr.git import gitops
 
@@ -96,7 +96,7 @@ def extract(archive: Path, dest: Path) -> tuple[Path, dt.datetime, tuple[str, ..
         stamp = dt.datetime.fromtimestamp(info.mtime if info else first.mtime, dt.UTC)
         manifest = tar.extractfile(f"{top}/MANIFEST.in") if f"{top}/MANIFEST.in" in tar.getnames() else None
         excludes = _excludes(manifest.read().decode(errors="replace") if manifest else "")
-        tar.extractall(dest, members=members, filter="data")
+        fs.extract_members(tar, dest, members, str(archive))
     return dest / top / RELEASE_SUBDIR, stamp, excludes
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from dgr.contracts.locks import Pin, Release, SdistRef, Source, UpstreamLock, Upstreams
-from dgr.core import log
+from dgr.core import fs, log
 from dgr.core.fs import publish_dir
 from dgr.core.paths import Cache
 from dgr.errors import ConfigError, IntegrityError, NetworkError, UpstreamError, UsageError
@@ -312,7 +312,7 @@ def sdist_git_dir(archive: Path, subdir: str, dest: Path) -> Path:
         members = [
             m for m in tar.getmembers() if m.name == f"{top}/{subdir}/.git" or m.name.startswith(wanted)
         ]
-        tar.extractall(dest, members=members, filter="data")
+        fs.extract_members(tar, dest, members, str(archive))
     dot_git = dest / top / subdir / ".git"
     if dot_git.is_file():
         pointer = dot_git.read_text().strip()
