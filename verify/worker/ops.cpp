@@ -783,13 +783,13 @@ session & worker::acquire_session(const decode_request & r, std::vector<std::str
     return s;
 }
 
-void worker::add_to_batch(llama_batch_ext * batch, const session & s, const decode_request & r, const float * hidden,
-                          size_t row) const {
+void worker::add_to_batch(llama_batch_ext * batch, const session & s, const decode_request & r,
+                          const std::vector<float> & hidden, size_t row) const {
     for (int32_t i = 0; i < r.n_tokens; ++i, ++row) {
         // a range without the input layer takes the hidden state that enters its first layer as embeddings
         const int32_t idx = held_.begin == 0 ?
             llama_batch_ext_add_token(batch, s.seq, r.tokens[i]) :
-            llama_batch_ext_add_embd(batch, s.seq, { hidden + (size_t) i*n_embd_, 1, (size_t) n_embd_ });
+            llama_batch_ext_add_embd(batch, s.seq, { hidden.data() + row*n_embd_, 1, (size_t) n_embd_ });
         if (idx < 0) {
             throw request_error{"decode_failed", "the batch refused entry " + std::to_string(row) + " (" + std::to_string(idx) + ")"};
         }
@@ -878,7 +878,7 @@ json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std:
     s.last_used = ++tick_;
 
     llama_batch_ext_ptr batch(llama_batch_ext_init(ctx_));
-    add_to_batch(batch.get(), s, r, r.hidden.data(), 0);
+    add_to_batch(batch.get(), s, r, r.hidden, 0);
     const processed p = process(batch.get(), { &r }, { {"evicted", evicted} });
     s.n_pos = r.pos + r.n_tokens;
 
@@ -970,7 +970,7 @@ json worker::op_decode_batch(const json & req, const std::vector<uint8_t> & body
     std::vector<const decode_request *> added;
     size_t row = 0;
     for (const decode_request & r : rs) {
-        add_to_batch(batch.get(), sessions_.at(r.session), r, hidden.data() + row*n_embd_, row);
+        add_to_batch(batch.get(), sessions_.at(r.session), r, hidden, row);
         row += r.n_tokens;
         added.push_back(&r);
     }

@@ -100,9 +100,9 @@ private:
                                     const std::vector<std::pair<std::string, std::string>> & want, int32_t n_rows) const;
     std::string    wrong_input(bool tokens) const;
     decode_request parse_decode(const json & req, const std::vector<uint8_t> & body) const;
-    // the tokens (first range) or hidden rows of r, in the sequence of s; `row`: r's first row in the batch
-    void add_to_batch(llama_batch_ext * batch, const session & s, const decode_request & r, const float * hidden,
-                      size_t row) const;
+    // the tokens of r (first range) or its rows of `hidden` from `row` on, in the sequence of s
+    void add_to_batch(llama_batch_ext * batch, const session & s, const decode_request & r,
+                      const std::vector<float> & hidden, size_t row) const;
     struct processed {
         double us;     // llama_process
         bool   reused; // the previous compute graph
