@@ -11,8 +11,8 @@ from dgr.errors import ConfigError
 from dgr.verify.bench import paired
 
 
-def test_even_rounds_run_a_first_and_odd_rounds_b_first() -> None:
-    calls: list[str] = []
+def recording(calls: list[str]) -> Callable[[str], Callable[[int], str]]:
+    """Sides that append their name and round to `calls` and return them."""
 
     def side(name: str) -> Callable[[int], str]:
         def run(r: int) -> str:
@@ -21,9 +21,24 @@ def test_even_rounds_run_a_first_and_odd_rounds_b_first() -> None:
 
         return run
 
+    return side
+
+
+def test_even_rounds_run_a_first_and_odd_rounds_b_first() -> None:
+    calls: list[str] = []
+    side = recording(calls)
     pairs = paired.alternate(4, side("a"), side("b"))
     assert calls == ["a0", "b0", "b1", "a1", "a2", "b2", "b3", "a3"]
     assert pairs == [("a0", "b0"), ("a1", "b1"), ("a2", "b2"), ("a3", "b3")]
+
+
+def test_three_sides_rotate_forward_then_back() -> None:
+    """`rotate`: the whole model, the relayed and the forwarding ranges of the bench, each first in turn."""
+    calls: list[str] = []
+    side = recording(calls)
+    rounds = paired.rotate(2, [side("w"), side("r"), side("f")])
+    assert calls == ["w0", "r0", "f0", "f1", "r1", "w1"]
+    assert rounds == [("w0", "r0", "f0"), ("w1", "r1", "f1")]
 
 
 def test_a_fake_clock_gives_the_median_spread_and_best_of_the_round_ratios() -> None:

@@ -51,9 +51,8 @@ def test_the_rule_output_passes_and_a_hand_edit_is_named(tmp_path: Path) -> None
 
     assert rules.check_commit(repo, GENERATED, parent_tree(tree, parent, tmp_path / "a"), by_rule) is None
     finding = rules.check_commit(repo, GENERATED, parent_tree(tree, parent, tmp_path / "b"), edited)
-    assert finding == generated.RuleFinding(
-        "layer-inputs.patch",
-        "src/models/demo.cpp is not the output of the rule layer-inputs (1 file(s) of src/models/ differ)",
+    assert finding == (
+        "src/models/demo.cpp is not the output of the rule layer-inputs (1 file(s) of src/models/ differ)"
     )
 
 
@@ -67,7 +66,7 @@ def test_a_tree_the_rule_refuses_is_a_finding_with_file_and_line(tmp_path: Path)
     tree, (parent, child) = history(tmp_path, unknown, unknown + "// another commit\n")
     finding = rules.check_commit(Repo(ROOT), GENERATED, parent_tree(tree, parent, tmp_path / "a"), child)
     assert finding is not None
-    assert finding.problem.startswith("the rule layer-inputs refuses the tree: src/models/demo.cpp:")
+    assert finding.startswith("the rule layer-inputs refuses the tree: src/models/demo.cpp:")
 
 
 def test_the_repository_names_its_generated_patches() -> None:
@@ -79,10 +78,9 @@ def test_the_repository_names_its_generated_patches() -> None:
     series = (ROOT / "series" / "series").read_text().split()
     assert generated.missing(named, series) == []
     assert generated.missing(named, ["layer-inputs.patch"]) == [
-        generated.RuleFinding(
-            "layer-range-archs.patch", "series/rules/rules.toml names it, the series does not"
-        )
+        generated.Generated("layer-range-archs.patch", "layer-range-archs")
     ]
+    assert generated.MISSING == "series/rules/rules.toml names it, the series does not"
 
 
 @pytest.mark.parametrize(

@@ -112,6 +112,39 @@ RESULT: dict[str, Any] = {
     "codec": {"cpp": codec(5.0, 0.625), "python": codec(2.0, 0.25)},
     "build": {"noop_dgr_s": 0.2, "noop_ninja_s": 0.05, "noop_ratio": 4.0},
 }
+# the same, with the chains that forward measured beside the relayed ones
+FORWARDED: dict[str, Any] = {
+    **RESULT,
+    "workers": [
+        {
+            **row,
+            "forwarded": speed(0.92 if row["shards"] == 5 else 0.97, same_tokens=True),
+            "forwarded_gain": gain,
+        }
+        for row, gain in zip(RESULT["workers"], (paired(1.02), paired(1.03), paired(1.045)), strict=True)
+    ],
+    "batched": [
+        {**row, "forwarded": speed(0.955, same_tokens=True), "forwarded_gain": paired(1.01)}
+        for row in RESULT["batched"]
+    ],
+}
+
+
+def test_the_targets_read_the_chains_that_forward_where_measured() -> None:
+    """With the forwarding chains measured, workers_decode and batched_decode take their ratios; the report
+    shows both chains and the gain of forwarding over relaying."""
+    result = BenchResult.from_json(FORWARDED)
+    s = result.summary()
+    assert s.worst["workers_decode"] == {"m.gguf": 0.92}
+    assert s.worst["batched_decode"] == {"m.gguf": 0.955}
+    assert s.met["workers_decode"] is False and s.met["batched_decode"] is True
+    text = report.report_text(result)
+    assert (
+        "| 0.880 (0.870-0.900, best 0.885) | 0.920 (0.910-0.940, best 0.925) | "
+        "1.045 (1.035-1.065, best 1.050) |"
+    ) in text
+    assert "| 3 | 4 | 100.0 | 94.0 | 0.940 (0.930-0.960, best 0.945) | True | True | 95.5 | 0.955 (" in text
+    assert "- workers_decode >= 0.93: MISSED (m.gguf 0.920)" in text
 
 
 def test_summary_takes_the_worst_ratio_and_checks_every_target() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from dgr.contracts.report import GROUPS
-from dgr.errors import WorkerRequestError
+from dgr.errors import ShardFailedError, WorkerRequestError
 from dgr.verify.models import prompts
 from dgr.verify.wire import bundle, frames
 from dgr.verify.wire.client import ContextParams, Worker
@@ -433,6 +433,52 @@ def test_sessions_decode_together_through_ranges_as_alone(worker_bin: Path, real
         sessions = split.workers[1].request("sessions").header["sessions"]
     assert tokens == alone
     assert sorted((s["session"], s["n_pos"]) for s in sessions) == [("s0", 8), ("s1", 9), ("s2", 7)]
+
+
+def test_ranges_that_forward_decode_as_the_supervisor_relays(worker_bin: Path, real_cache: Path) -> None:
+    """`forward`: each range sends its hidden state on to the next itself and the last replies, with the trail
+    of the others' replies. The tokens, the logits and the sessions' positions are those of the relayed
+    chain; a refusal on the way names the range that refused; a range that dies is named, the others release
+    the session."""
+    model = next((real_cache / "models").glob("*/SmolLM2-*.gguf"))
+    split = [(0, 10), (10, 20), (20, 30)]
+    prompt = [1, 2, 3, 4, 5]
+    with (
+        Pipeline(worker_bin, model, split) as relayed,
+        Pipeline(worker_bin, model, split, forward=True) as fwd,
+    ):
+        assert fwd.forward and not relayed.forward
+        assert fwd.generate("g", 1, prompt, 8) == relayed.generate("g", 1, prompt, 8)
+        want = relayed.step("a", 1, 0, prompt, logits="all")
+        got = fwd.step("a", 1, 0, prompt, logits="all")
+        assert got.logits.tobytes() == want.logits.tobytes() and got.argmax == want.argmax
+        assert len(got.seconds) == 1 and got.evicted == [[], [], []]
+        steps = [BatchStep("a", 1, 5, [got.argmax[-1]])]
+        assert fwd.step_batch(steps).argmax == relayed.step_batch(steps).argmax
+        assert [w.request("sessions").header["sessions"] for w in fwd.workers] == [
+            w.request("sessions").header["sessions"] for w in relayed.workers
+        ]
+        # the second range refuses: a session it does not have (released there alone)
+        fwd.workers[1].request("release", session="a")
+        with pytest.raises(WorkerRequestError, match=r"shard1\[10,20\): decode: cache_miss"):
+            fwd.step("a", 1, 6, [1])
+        # refused before anything changes: forward from the last range, a negative forward
+        with pytest.raises(WorkerRequestError, match="holds the last layer"):
+            fwd.workers[2].request("decode", b"", session="x", epoch=1, pos=0, n_tokens=1, forward=1)
+        with pytest.raises(WorkerRequestError, match="forward must not be negative"):
+            fwd.workers[0].request("decode", session="x", epoch=1, pos=0, n_tokens=1, tokens=[1], forward=-1)
+        # a worker started without --next-fd cannot forward
+        with pytest.raises(WorkerRequestError, match="without --next-fd"):
+            relayed.workers[0].request(
+                "decode", session="x", epoch=1, pos=0, n_tokens=1, tokens=[1], forward=1
+            )
+        # the middle range dies: it is named, and the first releases the session
+        fwd.step("b", 1, 0, prompt)
+        fwd.workers[1].proc.kill()
+        fwd.workers[1].proc.wait()
+        with pytest.raises(ShardFailedError, match=r"shard 1 \(layers \[10, 20\)\)"):
+            fwd.step("b", 1, 5, [1])
+        assert "b" not in {s["session"] for s in fwd.workers[0].request("sessions").header["sessions"]}
 
 
 def test_worker_times_its_decode_requests(worker_bin: Path, real_cache: Path) -> None:

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <poll.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 namespace lw {
@@ -136,30 +137,41 @@ read_status frame_reader::read(frame & out, std::string & error) {
     return read_status::ok;
 }
 
-static bool write_all(int fd, const void * data, size_t size) {
-    const uint8_t * p = (const uint8_t *) data;
-    while (size > 0) {
-        const ssize_t w = ::write(fd, p, size);
+bool write_frame(int fd, const std::string & header, const void * body, uint64_t body_size) {
+    uint8_t prefix[16];
+    memcpy(prefix, kMagic, sizeof(kMagic));
+    put_u32le(prefix + 4, (uint32_t) header.size());
+    put_u64le(prefix + 8, body_size);
+    // one system call for the whole frame where the pipe takes it: a reader waiting for the frame wakes once,
+    // not once per part
+    struct iovec iov[3] = {
+        { prefix, sizeof(prefix) },
+        { (void *) header.data(), header.size() },
+        { (void *) body, (size_t) body_size },
+    };
+    int n_iov = body_size == 0 ? 2 : 3;
+    struct iovec * v = iov;
+    while (n_iov > 0) {
+        const ssize_t w = ::writev(fd, v, n_iov);
         if (w < 0) {
             if (errno == EINTR) {
                 continue;
             }
             return false;
         }
-        p    += w;
-        size -= (size_t) w;
+        // skip what was written: whole parts, then into the part it stopped in
+        size_t done = (size_t) w;
+        while (n_iov > 0 && done >= v->iov_len) {
+            done -= v->iov_len;
+            ++v;
+            --n_iov;
+        }
+        if (n_iov > 0) {
+            v->iov_base = (uint8_t *) v->iov_base + done;
+            v->iov_len -= done;
+        }
     }
     return true;
-}
-
-bool write_frame(int fd, const std::string & header, const void * body, uint64_t body_size) {
-    uint8_t prefix[16];
-    memcpy(prefix, kMagic, sizeof(kMagic));
-    put_u32le(prefix + 4, (uint32_t) header.size());
-    put_u64le(prefix + 8, body_size);
-    return write_all(fd, prefix, sizeof(prefix)) &&
-           write_all(fd, header.data(), header.size()) &&
-           (body_size == 0 || write_all(fd, body, body_size));
 }
 
 using json = nlohmann::ordered_json;

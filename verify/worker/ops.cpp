@@ -109,7 +109,7 @@ static T need_field(const json & req, const char * key) {
     return get_field<T>(req, key, T{});
 }
 
-worker::worker(bool verbose, uint64_t max_body) : max_body_(max_body) {
+worker::worker(bool verbose, uint64_t max_body, int next_fd) : max_body_(max_body), next_fd_(next_fd) {
     g_verbose = verbose;
     llama_log_set(log_callback, nullptr);
     llama_backend_init();
@@ -175,18 +175,14 @@ reply worker::handle(const frame & req) {
             r = reply::ok(id, op_memory());
         } else if (op == "sessions") {
             r = reply::ok(id, op_sessions());
-        } else if (op == "decode") {
+        } else if (op == "decode" || op == "decode_batch") {
+            const int32_t hops = forward_hops(hdr);
             r = reply::ok(id);
-            json fields = op_decode(hdr, req.body, r.body);
+            json fields = op == "decode" ? op_decode(hdr, req.body, r.body) : op_decode_batch(hdr, req.body, r.body);
             for (auto & [k, v] : fields.items()) {
                 r.header[k] = v;
             }
-        } else if (op == "decode_batch") {
-            r = reply::ok(id);
-            json fields = op_decode_batch(hdr, req.body, r.body);
-            for (auto & [k, v] : fields.items()) {
-                r.header[k] = v;
-            }
+            forward_reply(hdr, hops, r);
         } else if (op == "truncate") {
             r = reply::ok(id, op_truncate(hdr));
         } else if (op == "release") {
@@ -890,6 +886,57 @@ json worker::op_decode(const json & req, const std::vector<uint8_t> & body, std:
     res["n_pos"]   = s.n_pos;
     res["evicted"] = evicted;
     return res;
+}
+
+int32_t worker::forward_hops(const json & req) const {
+    const int32_t hops = get_field<int32_t>(req, "forward", 0);
+    if (req.contains("trail") && !req["trail"].is_array()) {
+        throw request_error{"bad_request", "trail must be an array"};
+    }
+    if (hops < 0) {
+        throw request_error{"bad_request", "forward must not be negative"};
+    }
+    if (hops == 0) {
+        return 0;
+    }
+    require_context();
+    if (held_.end == n_layer_) {
+        throw request_error{"bad_request", "forward: this worker holds the last layer, there is no next range"};
+    }
+    if (next_fd_ < 0) {
+        throw request_error{"bad_request", "forward needs a next range: this worker was started without --next-fd"};
+    }
+    if (req.contains("layer_inp")) {
+        throw request_error{"bad_request", "a request with layer_inp replies to its sender: it cannot forward"};
+    }
+    return hops;
+}
+
+void worker::forward_reply(const json & req, int32_t hops, reply & r) const {
+    // each range that forwards adds its reply's fields to the trail; the range that replies returns it
+    json trail = req.contains("trail") ? req["trail"] : json::array();
+    if (hops == 0) {
+        if (!trail.empty()) {
+            r.header["trail"] = trail;
+        }
+        return;
+    }
+    json own = r.header;
+    own.erase("id");
+    own.erase("ok");
+    trail.push_back(own);
+    // the same request without the tokens, which only the first range takes: the body is the hidden state
+    json next = req;
+    next.erase("tokens");
+    if (next.contains("steps")) {
+        for (json & step : next["steps"]) {
+            step.erase("tokens");
+        }
+    }
+    next["forward"] = hops - 1;
+    next["trail"]   = trail;
+    r.header  = next;
+    r.forward = true;
 }
 
 void worker::add_timing(double parse_us, double process_us, double output_us, bool reused) {

@@ -26,6 +26,7 @@ constexpr uint64_t kMaxMessage = 1ull << 30;
 struct reply {
     json                 header;
     std::vector<uint8_t> body;
+    bool                 forward = false; // header and body are the next range's request (the field `forward`)
 
     static reply ok(const json & id, json fields = json::object());
     static reply fail(const json & id, const std::string & code, const std::string & message, json fields = json::object());
@@ -75,7 +76,8 @@ struct session {
 
 class worker {
 public:
-    worker(bool verbose, uint64_t max_body);
+    // next_fd: where a request with `forward` goes on to the next range (-1: none)
+    worker(bool verbose, uint64_t max_body, int next_fd = -1);
     ~worker();
 
     reply handle(const frame & req);
@@ -87,6 +89,10 @@ public:
 
 private:
     void add_timing(double parse_us, double process_us, double output_us, bool reused);
+    // the hops a decode request goes on for (`forward`), checked before anything changes
+    int32_t forward_hops(const json & req) const;
+    // the reply of a forwarded request turned into the request of the next range
+    void    forward_reply(const json & req, int32_t hops, reply & r) const;
     json op_hello();
     json op_load(const json & req);
     json op_memory();
@@ -151,6 +157,7 @@ private:
     uint32_t        n_batch_     = 0;
     uint32_t        max_sessions_ = 0;
     uint64_t        max_body_;
+    int             next_fd_;
 
     std::map<std::string, session> sessions_;
     std::vector<int32_t>           free_seqs_;

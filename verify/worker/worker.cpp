@@ -7,7 +7,11 @@
 #include "frame.h"
 #include "ops.h"
 
+#include <fcntl.h>
+
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -16,18 +20,29 @@
 
 static void usage(const char * argv0) {
     fprintf(stderr,
-        "usage: %s [--max-body BYTES] [--verbose]\n"
+        "usage: %s [--max-body BYTES] [--next-fd FD] [--verbose]\n"
         "  serves the layer worker protocol (docs/protocol.md) on stdin/stdout\n"
-        "  --max-body  largest frame body in both directions; larger messages are sent as fragments (default 64 MiB)\n",
+        "  --max-body  largest frame body in both directions; larger messages are sent as fragments (default 64 MiB)\n"
+        "  --next-fd   an open file descriptor: the input of the worker of the next range, where a decode request\n"
+        "              with `forward` goes on instead of a reply\n",
         argv0);
 }
 
 int main(int argc, char ** argv) {
     uint64_t max_body = 64ull << 20;
     bool verbose = false;
+    int  next_fd = -1;
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--max-body") == 0 && i + 1 < argc) {
             max_body = strtoull(argv[++i], nullptr, 10);
+        } else if (strcmp(argv[i], "--next-fd") == 0 && i + 1 < argc) {
+            char * end = nullptr;
+            const long fd = strtol(argv[++i], &end, 10);
+            if (*end != '\0' || fd < 3 || fd > INT_MAX || fcntl((int) fd, F_GETFD) == -1) {
+                fprintf(stderr, "layer-worker: --next-fd %s is not an open file descriptor above 2\n", argv[i]);
+                return 2;
+            }
+            next_fd = (int) fd;
         } else if (strcmp(argv[i], "--verbose") == 0) {
             verbose = true;
         } else {
@@ -42,7 +57,7 @@ int main(int argc, char ** argv) {
     // a supervisor that goes away must not kill the worker mid-write: write() reports it instead
     signal(SIGPIPE, SIG_IGN);
 
-    lw::worker w(verbose, max_body);
+    lw::worker w(verbose, max_body, next_fd);
     lw::message_reader reader(lw::frame_reader(0, max_body), lw::kMaxMessage);
 
     using clock = std::chrono::steady_clock;
@@ -73,7 +88,11 @@ int main(int argc, char ** argv) {
             }
         }
         const clock::time_point t_write = clock::now();
-        if (!lw::write_message(1, rep.header.dump(-1, ' ', false, lw::json::error_handler_t::replace), rep.body, max_body)) {
+        if (rep.forward && !lw::write_message(next_fd, rep.header.dump(-1, ' ', false, lw::json::error_handler_t::replace), rep.body, max_body)) {
+            // the next range is gone: the sender hears it from this range
+            rep = lw::reply::fail(rep.header["id"], "forward_failed", std::string("cannot write to the next range: ") + strerror(errno));
+        }
+        if (!rep.forward && !lw::write_message(1, rep.header.dump(-1, ' ', false, lw::json::error_handler_t::replace), rep.body, max_body)) {
             fprintf(stderr, "layer-worker: cannot write to stdout, exiting\n");
             return 1;
         }

@@ -27,7 +27,8 @@ TARGETS: Mapping[str, float] = {
     "codec": 0.5,
 }
 """The ratio each measurement should reach (split / whole; the codec: to memcpy; ranges_vs_rpc: layer ranges /
-RPC, prefill and decode, at every number of processes of `dgr bench --rpc`)."""
+RPC, prefill and decode, at every number of processes of `dgr bench --rpc`). workers_decode and batched_decode
+read the workers that forward (`forward`) where the result has them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +101,12 @@ class SplitCost(convert.Record):
     threads: int | None = field(default=None, metadata=convert.OMIT_NONE)
     reps: int | None = field(default=None, metadata=convert.OMIT_NONE)
     shards: int
+    forwarded: Speed | None = field(default=None, metadata=convert.OMIT_NONE)
+    """Worker rows: the decode through the same ranges when each worker sends its hidden state on to the next
+    itself and only the last replies (`forward`, docs/protocol.md), against the whole model in the same rounds
+    as `decode` (the whole model, the relayed ranges and these, in rotating order)."""
+    forwarded_gain: Paired | None = field(default=None, metadata=convert.OMIT_NONE)
+    """Worker rows: forwarded tokens/s / relayed tokens/s, in each of those rounds."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +120,11 @@ class BatchedCost(convert.Record):
     """`tokens`: of all sessions in a round; `same_tokens`: every session's tokens equal the whole model's."""
     same_as_alone: bool
     """The whole model's tokens of each session in the batch equal those of the session decoded alone."""
+    forwarded: Speed | None = field(default=None, metadata=convert.OMIT_NONE)
+    """The same sessions through the same ranges when each worker forwards (`forward`), against the whole
+    model in the same rounds as `speed` (the whole model, the relayed ranges and these, in rotating order)."""
+    forwarded_gain: Paired | None = field(default=None, metadata=convert.OMIT_NONE)
+    """Forwarded tokens/s / relayed tokens/s, in each of those rounds."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,10 +227,12 @@ def _worst(model: ModelBench) -> dict[str, float]:
     if model.in_process:
         out["in_process_prefill"] = min(p.ratio.median for r in model.in_process for p in r.prefill)
         out["in_process_decode"] = min(r.decode.ratio.median for r in model.in_process)
+    # the workers' targets read the forwarded chain where the bench measured it: the relayed one is the
+    # supervisor's test topology, the forwarded one is how a chain of workers runs
     if model.workers:
-        out["workers_decode"] = min(r.decode.ratio.median for r in model.workers)
+        out["workers_decode"] = min((r.forwarded or r.decode).ratio.median for r in model.workers)
     if model.batched:
-        out["batched_decode"] = min(b.speed.ratio.median for b in model.batched)
+        out["batched_decode"] = min((b.forwarded or b.speed).ratio.median for b in model.batched)
     return out
 
 

@@ -266,9 +266,14 @@ def stop(child: subprocess.Popen[Any]) -> None:
 
 
 def spawn(
-    cmd: Sequence[str | Path], *, env: Mapping[str, str] | None = None, stderr: int | IO[bytes] | None = None
+    cmd: Sequence[str | Path],
+    *,
+    env: Mapping[str, str] | None = None,
+    stderr: int | IO[bytes] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
-    """Start a long-running child that talks binary frames on its stdin/stdout (a layer worker).
+    """Start a long-running child that talks binary frames on its stdin/stdout (a layer worker); `pass_fds`:
+    open file descriptors it inherits, under the same numbers.
 
     The caller owns the process: it reads and writes the pipes and waits for it.
     """
@@ -284,5 +289,6 @@ def spawn(
         stderr=stderr,
         env=_env(env),
         bufsize=0,
+        pass_fds=tuple(pass_fds),
     )
     return child

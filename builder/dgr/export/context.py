@@ -78,6 +78,7 @@ class NativeTest:
     name: str
     """Its CTest name."""
     target: str
+    """The CMake target of its executable (CTest runs one executable under several names)."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dgr.contracts import convert
 from dgr.core import proc
 from dgr.core.paths import Repo
 from dgr.git import apply, gitops
-from dgr.series.generated import PATHS, PROGRAM, Generated, RuleFinding
+from dgr.series.generated import PATHS, PROGRAM, Generated
 
 _REFUSED = 2
 """The program's exit code for a tree it refuses (1: the tree differs from its output, with --check)."""
@@ -72,22 +72,20 @@ def _run(repo: Repo, rule: str, tree: Path) -> tuple[int, list[str], RuleCounts 
     return result.returncode, [result.stderr.strip()] if result.returncode != 0 else [], counts
 
 
-def check_commit(repo: Repo, generated: Generated, parent: Path, commit: str) -> RuleFinding | None:
+def check_commit(repo: Repo, generated: Generated, parent: Path, commit: str) -> str | None:
     """Run the rule on `parent` (a work tree of the commit the patch applies to) and compare the result with
-    `commit`, the patch's commit; `parent` is left edited."""
+    `commit`, the patch's commit; `parent` is left edited. The problem (None: the commit is the rule's
+    output)."""
     code, problems, _ = _run(repo, generated.rule, parent)
     if code == _REFUSED:
-        return RuleFinding(
-            generated.patch, f"the rule {generated.rule} refuses the tree: " + "; ".join(problems[:3])
-        )
+        return f"the rule {generated.rule} refuses the tree: " + "; ".join(problems[:3])
     if code != 0:
-        return RuleFinding(generated.patch, f"the rule {generated.rule} failed: {'; '.join(problems)}")
+        return f"the rule {generated.rule} failed: {'; '.join(problems)}"
     differing = gitops.git(["diff", "--name-only", commit, "--", PATHS], cwd=parent).stdout.split()
     if differing:
-        return RuleFinding(
-            generated.patch,
+        return (
             f"{differing[0]} is not the output of the rule {generated.rule} "
-            f"({len(differing)} file(s) of {PATHS}/ differ)",
+            f"({len(differing)} file(s) of {PATHS}/ differ)"
         )
     return None
 

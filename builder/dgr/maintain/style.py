@@ -188,13 +188,13 @@ def check(ctx: Context, repo: Repo, mirror: Path | None = None) -> list[StyleFin
                     findings.append(StyleFinding(name, problem))
                 if name in generated:
                     with apply.temp_worktree(upstream.repo, parent, tmp / f"rule-{name}") as before:
-                        rule_finding = rules.check_commit(repo, generated.pop(name), before, commit)
-                    if rule_finding is not None:
-                        findings.append(StyleFinding(name, rule_finding.problem, "generated"))
+                        rule_problem = rules.check_commit(repo, generated.pop(name), before, commit)
+                    if rule_problem is not None:
+                        findings.append(StyleFinding(name, rule_problem, "generated"))
                 parent = commit
     series = [ref.name for ref in refs]
     findings += [
-        StyleFinding(f.patch, f.problem, "generated")
-        for f in generated_patches.missing(list(generated.values()), series)
+        StyleFinding(g.patch, generated_patches.MISSING, "generated")
+        for g in generated_patches.missing(list(generated.values()), series)
     ]
     return findings

@@ -33,18 +33,14 @@ PATHS = "src/models"
 @dataclass(frozen=True)
 class Generated:
     patch: str
+    """A file of patches/ whose `src/models/` part is the rule's output."""
     rule: str
+    """The name rewrite.py knows the rule by."""
 
 
 @dataclass(frozen=True)
 class _RulesFile:
     generated: tuple[Generated, ...] = ()
-
-
-@dataclass(frozen=True)
-class RuleFinding:
-    patch: str
-    problem: str
 
 
 def load(repo: Repo) -> list[Generated]:
@@ -72,10 +68,10 @@ def rules_of(repo: Repo) -> dict[str, str]:
     return {} if repo.port is not None else {g.patch: g.rule for g in load(repo)}
 
 
-def missing(generated: list[Generated], patches: list[str]) -> list[RuleFinding]:
-    """The generated patches that the series does not have."""
-    return [
-        RuleFinding(g.patch, f"{CONFIG} names it, the series does not")
-        for g in generated
-        if g.patch not in patches
-    ]
+MISSING = f"{CONFIG} names it, the series does not"
+"""The problem of a generated patch that the series lacks."""
+
+
+def missing(generated: list[Generated], patches: list[str]) -> list[Generated]:
+    """The generated patches that the series does not have (each a finding: MISSING)."""
+    return [g for g in generated if g.patch not in patches]

@@ -14,7 +14,9 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)*
 @dataclass(frozen=True)
 class Entry:
     name: str
+    """A patch file, relative to patches/."""
     line: int
+    """Its line in the order file, from 1."""
 
 
 @dataclass(frozen=True)

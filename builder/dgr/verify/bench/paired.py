@@ -5,7 +5,7 @@ neither side always runs first; the ratio of each round, their median and spread
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from dgr.contracts.paired import Paired
@@ -18,16 +18,21 @@ def order(round_index: int) -> tuple[int, int]:
     return (0, 1) if round_index % 2 == 0 else (1, 0)
 
 
-def alternate(rounds: int, a: Callable[[int], T], b: Callable[[int], T]) -> list[tuple[T, T]]:
-    """(A's, B's) measurement of each of `rounds` rounds, each side called with the round's index."""
-    sides = (a, b)
-    out: list[tuple[T, T]] = []
+def rotate(rounds: int, sides: Sequence[Callable[[int], T]]) -> list[tuple[T, ...]]:
+    """Each side's measurement of each of `rounds` rounds, in the order of `sides`: round i runs them in that
+    order for even i, in reverse for odd i; each side is called with the round's index."""
+    out: list[tuple[T, ...]] = []
     for r in range(rounds):
         got: dict[int, T] = {}
-        for side in order(r):
+        for side in range(len(sides)) if r % 2 == 0 else reversed(range(len(sides))):
             got[side] = sides[side](r)
-        out.append((got[0], got[1]))
+        out.append(tuple(got[i] for i in range(len(sides))))
     return out
+
+
+def alternate(rounds: int, a: Callable[[int], T], b: Callable[[int], T]) -> list[tuple[T, T]]:
+    """(A's, B's) measurement of each of `rounds` rounds (`rotate` of the two)."""
+    return [(x[0], x[1]) for x in rotate(rounds, (a, b))]
 
 
 def rates(amount: float, seconds: list[tuple[float, float]]) -> list[tuple[float, float]]:

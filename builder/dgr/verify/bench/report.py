@@ -31,12 +31,18 @@ def model_lines(m: ModelBench) -> list[str]:
         "split cost: split tokens/s / whole tokens/s, the median of the paired rounds "
         "(min-max of the rounds, best-of)"
     ]
-    lines.append("| shards | in-process prefill | in-process decode | workers prefill | workers decode |")
-    lines.append("| --- | --- | --- | --- | --- |")
+    lines.append(
+        "| shards | in-process prefill | in-process decode | workers prefill | workers decode | "
+        "workers decode, forwarded | forwarded / relayed |"
+    )
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for ip, wk in zip(m.in_process, m.workers, strict=True):
         pf = ", ".join(f"{p.tokens}: {p.ratio.text()}" for p in ip.prefill)
         wpf = ", ".join(f"{p.tokens}: {p.ratio.text()}" for p in wk.prefill)
-        lines.append(f"| {ip.shards} | {pf} | {ip.decode.ratio.text()} | {wpf} | {wk.decode.ratio.text()} |")
+        fwd = wk.forwarded.ratio.text() if wk.forwarded else "-"
+        gain = wk.forwarded_gain.text() if wk.forwarded_gain else "-"
+        cells = (str(ip.shards), pf, ip.decode.ratio.text(), wpf, wk.decode.ratio.text(), fwd, gain)
+        lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("worker processes, ms per decoded token (whole | each shard | a request doing no work)")
     for wk in m.workers:
@@ -70,10 +76,16 @@ def batched_lines(m: ModelBench) -> list[str]:
         "sessions, split / whole with the same sessions, the median of the paired rounds",
         *table(
             "shards | sessions | whole tokens/s | split tokens/s | ratio | same tokens | "
-            "whole batched = alone",
+            "whole batched = alone | forwarded tokens/s | forwarded ratio | forwarded / relayed",
             [
                 f"{b.shards} | {b.sessions} | {b.speed.whole_tps:.1f} | {b.speed.split_tps:.1f} | "
-                f"{b.speed.ratio.text()} | {b.speed.same_tokens} | {b.same_as_alone}"
+                f"{b.speed.ratio.text()} | {b.speed.same_tokens} | {b.same_as_alone} | "
+                + (
+                    f"{b.forwarded.split_tps:.1f} | {b.forwarded.ratio.text()} | "
+                    + (b.forwarded_gain.text() if b.forwarded_gain else "-")
+                    if b.forwarded
+                    else "- | - | -"
+                )
                 for b in m.batched
             ],
         ),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr.contracts.bench import BatchedCost, BenchResult, Speed, SplitCost, StageParts
+from dgr.contracts.paired import Paired
 from dgr.core import proc
 from dgr.errors import BenchError
 from dgr.verify.bench import paired
@@ -95,12 +96,14 @@ def token_problems(
     """Why the splits of the model `label` are no measurement of the same computation: a split whose greedy
     decode did not give the whole model's tokens, or that did not say (`same_tokens` is None)."""
     problems = []
-    for where, rows in (("in one process", in_process), ("one worker per range", workers)):
-        for row in rows:
-            same = row.decode.same_tokens
-            if same is not True:
-                what = "generated other tokens than" if same is False else "did not compare its tokens with"
-                problems.append(f"{label}: the split into {row.shards} ({where}) {what} the whole model")
+    checked = [("in one process", row, row.decode) for row in in_process]
+    checked += [("one worker per range", row, row.decode) for row in workers]
+    checked += [("workers forwarding", row, row.forwarded) for row in workers if row.forwarded is not None]
+    for where, row, speed in checked:
+        same = speed.same_tokens
+        if same is not True:
+            what = "generated other tokens than" if same is False else "did not compare its tokens with"
+            problems.append(f"{label}: the split into {row.shards} ({where}) {what} the whole model")
     return problems
 
 
@@ -115,7 +118,8 @@ def diverged(result: BenchResult) -> None:
         "than the whole model with the same sessions"
         for label, m in result.all_models().items()
         for b in m.batched
-        if b.speed.same_tokens is not True
+        for speed in (b.speed, b.forwarded)
+        if speed is not None and speed.same_tokens is not True
     ]
     if problems:
         raise BenchError(
@@ -134,6 +138,11 @@ def _timed(row: dict[str, Any], where: str, **extra: Any) -> Speed:
     except (KeyError, TypeError, ValueError) as exc:
         raise BenchError(f"{where}: no seconds per round of both sides ({exc})", detail=str(row)) from exc
     return _speed(tokens, seconds, same_tokens=row.get("same_tokens"), **extra)
+
+
+def _gain(tokens: int, seconds: list[tuple[float, float]]) -> Paired:
+    """Tokens/s of the forwarding chain / the relayed chain per round, of (relayed, forwarded) seconds."""
+    return Paired.of(paired.rates(tokens, seconds))
 
 
 def _speed(tokens: int, seconds: list[tuple[float, float]], **extra: Any) -> Speed:
@@ -186,14 +195,16 @@ def _decode_s(
     session = f"{session}-{r}"
     tokens = [pipe.step(session, 1, 0, prompt).argmax[-1]]
     _timings(pipe)
-    per_shard = [0.0] * len(pipe.workers)
+    # a forwarded step is one request through the chain: its seconds are the chain's, and no worker's parts
+    per_shard = [0.0] * (1 if pipe.forward else len(pipe.workers))
     start = time.perf_counter()
     for j in range(n):
         res = pipe.step(session, 1, len(prompt) + j, [tokens[-1]], logits="argmax")
         tokens.append(res.argmax[-1])
         per_shard = [a + b for a, b in zip(per_shard, res.seconds, strict=True)]
     elapsed = time.perf_counter() - start
-    parts = [_parts(t, s, n) for t, s in zip(_timings(pipe), per_shard, strict=True)]
+    timings = _timings(pipe)
+    parts = [] if pipe.forward else [_parts(t, s, n) for t, s in zip(timings, per_shard, strict=True)]
     return elapsed, tokens, per_shard, parts
 
 
@@ -215,13 +226,16 @@ def workers(
     out = []
 
     # one session at a time, with the whole context: room for the 512-token prefill
-    def chain(split: list[tuple[int, int]]) -> Pipeline:
-        return Pipeline(worker, model_path, split, threads=threads, n_ctx=ctx, max_sessions=1)
+    def chain(split: list[tuple[int, int]], forward: bool = False) -> Pipeline:
+        return Pipeline(
+            worker, model_path, split, threads=threads, n_ctx=ctx, max_sessions=1, forward=forward
+        )
 
     with chain([(0, n_layer)]) as whole:
         text_tokens = whole.tokenize(prompts.LONG * 8)
         for k in SPLITS:
-            with chain(inventory.split(n_layer, k)) as split:
+            ranges = inventory.split(n_layer, k)
+            with chain(ranges) as split, chain(ranges, forward=True) as forwarded:
                 speeds: list[Speed] = []
                 for n in prefills:
                     tokens = (text_tokens * (n // len(text_tokens) + 1))[:n]
@@ -232,18 +246,21 @@ def workers(
                     )
                     speeds.append(_speed(n, seconds))
                 prompt = text_tokens[:DECODE_PROMPT]
-                runs = paired.alternate(
+                # the whole model, the ranges relayed by the supervisor, the ranges forwarding: one round
+                runs = paired.rotate(
                     reps,
-                    functools.partial(_decode_s, whole, prompt, n_decode, "d"),
-                    functools.partial(_decode_s, split, prompt, n_decode, "d"),
+                    [
+                        functools.partial(_decode_s, pipe, prompt, n_decode, "d")
+                        for pipe in (whole, split, forwarded)
+                    ],
                 )
                 # where a decode step's time goes, in each side's fastest round
                 fastest = [min((run[side] for run in runs), key=lambda x: x[0]) for side in (0, 1)]
                 step_ms = [[s * 1e3 / n_decode for s in best[2]] for best in fastest]
                 decode = _speed(
                     n_decode,
-                    [(a[0], b[0]) for a, b in runs],
-                    same_tokens=all(a[1] == b[1] for a, b in runs),
+                    [(a[0], b[0]) for a, b, _ in runs],
+                    same_tokens=all(a[1] == b[1] for a, b, _ in runs),
                     # where a decode step's time goes: each worker's request (sent to reply read), and a
                     # request that does no work (the transport and the supervisor alone)
                     whole_step_ms=step_ms[0][0],
@@ -252,7 +269,19 @@ def workers(
                     whole_parts=fastest[0][3][0],
                     shard_parts=tuple(fastest[1][3]),
                 )
-                out.append(SplitCost(shards=k, prefill=tuple(speeds), decode=decode))
+                out.append(
+                    SplitCost(
+                        shards=k,
+                        prefill=tuple(speeds),
+                        decode=decode,
+                        forwarded=_speed(
+                            n_decode,
+                            [(a[0], c[0]) for a, _, c in runs],
+                            same_tokens=all(a[1] == c[1] for a, _, c in runs),
+                        ),
+                        forwarded_gain=_gain(n_decode, [(b[0], c[0]) for _, b, c in runs]),
+                    )
+                )
     return tuple(out)
 
 
@@ -286,8 +315,10 @@ def batched(
     _, n_decode, reps = _plan(quick)
     out = []
 
-    def chain(split: list[tuple[int, int]]) -> Pipeline:
-        return Pipeline(worker, model_path, split, threads=threads, n_ctx=ctx, max_sessions=SESSIONS)
+    def chain(split: list[tuple[int, int]], forward: bool = False) -> Pipeline:
+        return Pipeline(
+            worker, model_path, split, threads=threads, n_ctx=ctx, max_sessions=SESSIONS, forward=forward
+        )
 
     with chain([(0, n_layer)]) as whole:
         text = whole.tokenize(prompts.LONG * 8)
@@ -296,23 +327,32 @@ def batched(
         session_prompts = [text[s : s + DECODE_PROMPT] for s in starts]
         alone = [whole.generate(f"alone{i}", 1, p, n_decode + 1) for i, p in enumerate(session_prompts)]
         for k in BATCHED_SPLITS:
-            with chain(inventory.split(n_layer, k)) as split:
-                runs = paired.alternate(
+            ranges = inventory.split(n_layer, k)
+            with chain(ranges) as split, chain(ranges, forward=True) as forwarded:
+                runs = paired.rotate(
                     reps,
-                    functools.partial(_batched_s, whole, session_prompts, n_decode),
-                    functools.partial(_batched_s, split, session_prompts, n_decode),
+                    [
+                        functools.partial(_batched_s, pipe, session_prompts, n_decode)
+                        for pipe in (whole, split, forwarded)
+                    ],
                 )
-            speed = _speed(
-                SESSIONS * n_decode,
-                [(a[0], b[0]) for a, b in runs],
-                same_tokens=all(a[1] == b[1] for a, b in runs),
-            )
+            n = SESSIONS * n_decode
             out.append(
                 BatchedCost(
                     shards=k,
                     sessions=SESSIONS,
-                    speed=speed,
-                    same_as_alone=all(a[1] == alone for a, _ in runs),
+                    speed=_speed(
+                        n,
+                        [(a[0], b[0]) for a, b, _ in runs],
+                        same_tokens=all(a[1] == b[1] for a, b, _ in runs),
+                    ),
+                    same_as_alone=all(a[1] == alone for a, _, _ in runs),
+                    forwarded=_speed(
+                        n,
+                        [(a[0], c[0]) for a, _, c in runs],
+                        same_tokens=all(a[1] == c[1] for a, _, c in runs),
+                    ),
+                    forwarded_gain=_gain(n, [(b[0], c[0]) for _, b, c in runs]),
                 )
             )
     return tuple(out)

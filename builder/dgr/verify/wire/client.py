@@ -9,7 +9,7 @@ import select
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,10 @@ class _DeadlineReader:
         self.deadline = float("inf")
         self._buf = bytearray()
 
+    @property
+    def pending(self) -> int:
+        return len(self._buf)
+
     def read(self, n: int) -> bytes:
         if not self._buf:
             timeout = self.deadline - time.monotonic()
@@ -82,14 +86,27 @@ class Worker:
         verbose: bool = False,
         max_body: int = 64 << 20,
         env: dict[str, str] | None = None,
+        next_stage: Worker | None = None,
+        ids: Iterator[int] | None = None,
     ) -> None:
+        """`next_stage`: the worker of the next range, whose input this one's decode requests with `forward`
+        go on to (`--next-fd`, docs/protocol.md). `ids`: the request ids, shared by the workers of a chain
+        whose requests travel from one to the next."""
         self.name = name
         self.timeout = timeout
         self.max_body = max_body
-        self._ids = itertools.count(1)
+        self._ids = ids if ids is not None else itertools.count(1)
+        self._abandoned: set[int] = set()
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process, closed in close()
         cmd = [str(binary), "--max-body", str(max_body)] + (["--verbose"] if verbose else [])
-        self.proc = proc.spawn(cmd, env={**OMP_ENV, **os.environ, **(env or {})}, stderr=self._stderr)
+        next_fds: tuple[int, ...] = ()
+        if next_stage is not None:
+            assert next_stage.proc.stdin is not None
+            next_fds = (next_stage.proc.stdin.fileno(),)
+            cmd += ["--next-fd", str(next_fds[0])]
+        self.proc: subprocess.Popen[bytes] = proc.spawn(
+            cmd, env={**OMP_ENV, **os.environ, **(env or {})}, stderr=self._stderr, pass_fds=next_fds
+        )
         assert self.proc.stdout is not None
         self._reader = _DeadlineReader(self.proc.stdout.fileno())
 
@@ -107,8 +124,27 @@ class Worker:
                 self.name, f"cannot write to the worker: {exc}", self.stderr_tail()
             ) from exc
 
+    def abandon(self, rid: int) -> None:
+        """A reply to request `rid` may still come and answers nobody: it is dropped when it arrives."""
+        self._abandoned.add(rid)
+
     def read_reply(self, op: str, timeout: float | None = None) -> frames.Frame:
-        """The next complete message (fragments reassembled), within the deadline."""
+        """The next complete message (fragments reassembled) that is not the reply to an abandoned request,
+        within the deadline."""
+        while True:
+            reply = self.read_message(op, timeout)
+            if not self.dropped(reply):
+                return reply
+
+    def dropped(self, reply: frames.Frame) -> bool:
+        """`reply` answers an abandoned request: it is dropped."""
+        rid = reply.header.get("id")
+        if isinstance(rid, int) and rid in self._abandoned:
+            self._abandoned.discard(rid)
+            return True
+        return False
+
+    def read_message(self, op: str, timeout: float | None = None) -> frames.Frame:
         limit = timeout if timeout is not None else self.timeout
         self._reader.deadline = time.monotonic() + limit
         assembler = frames.Assembler()
@@ -136,12 +172,30 @@ class Worker:
                 )
             return frame
 
+    @property
+    def fd(self) -> int:
+        """The worker's output, for select()."""
+        return self._reader.fd
+
+    def buffered(self) -> bool:
+        """Bytes of a reply were read from the worker's output and not yet taken."""
+        return bool(self._reader.pending)
+
+    def send(self, op: str, body: bytes = b"", **fields: Any) -> int:
+        """Send a request; its id."""
+        rid = next(self._ids)
+        self.send_raw(frames.encode_message({"id": rid, "op": op, **fields}, body, self.max_body))
+        return rid
+
     def request(
         self, op: str, body: bytes = b"", timeout: float | None = None, **fields: Any
     ) -> frames.Frame:
-        rid = next(self._ids)
-        self.send_raw(frames.encode_message({"id": rid, "op": op, **fields}, body, self.max_body))
-        reply = self.read_reply(op, timeout)
+        rid = self.send(op, body, **fields)
+        return self.checked(self.read_reply(op, timeout), op, rid)
+
+    def checked(self, reply: frames.Frame, op: str, rid: int) -> frames.Frame:
+        """The reply to request `rid`; WorkerDiedError when it answers another, WorkerRequestError when it
+        is a refusal."""
         if reply.header.get("id") != rid:
             raise WorkerDiedError(
                 self.name, f"reply id {reply.header.get('id')} does not match request id {rid}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
+import select
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ class BatchStep:
 @dataclass
 class BatchResult:
     argmax: list[int]  # per step: the argmax of its last token
-    seconds: list[float]  # per shard: request sent to reply read
+    seconds: list[float]  # per shard: request sent to reply read (forwarded: one, the whole chain)
 
 
 @dataclass
@@ -36,7 +38,7 @@ class StepResult:
     argmax: list[int]
     logits: np.ndarray  # [n_outputs, n_vocab] float32
     evicted: list[list[str]]  # per shard
-    seconds: list[float]  # per shard: request sent to reply read
+    seconds: list[float]  # per shard: request sent to reply read (forwarded: one, the whole chain)
 
 
 def parse_split(text: str, n_layer: int | None = None) -> list[tuple[int, int]]:
@@ -64,7 +66,10 @@ class Pipeline:
     to the build's GPU devices, or the range's own of a sequence; None: llama.cpp's default); `step` runs
     tokens through all of them.
     `split` None: one worker that loads the model with llama.cpp's default model parameters (no range
-    asked for; `n_gpu_layers` if given); its `split` is then the range the loaded model holds."""
+    asked for; `n_gpu_layers` if given); its `split` is then the range the loaded model holds.
+    `forward`: each worker sends the hidden state of a decode on to the next one itself, over the next one's
+    input (`--next-fd`, the request field `forward` of docs/protocol.md), and only the last replies; without
+    it the supervisor relays every hop."""
 
     def __init__(
         self,
@@ -79,6 +84,7 @@ class Pipeline:
         n_ctx: int = 1024,
         type_k: str = "f16",
         n_gpu_layers: int | Sequence[int] | None = None,
+        forward: bool = False,
     ) -> None:
         context = ContextParams(n_ctx=n_ctx, threads=threads, max_sessions=max_sessions, type_k=type_k)
         self.workers: list[Worker] = []
@@ -91,19 +97,27 @@ class Pipeline:
                 self.info.append(w.load(model, None, context=context, n_gpu_layers=n_gpu_layers))
                 split = [(int(self.info[0]["layer_begin"]), int(self.info[0]["layer_end"]))]
             else:
-                for i, (begin, end) in enumerate(split):
-                    w = Worker(worker_bin, f"shard{i}[{begin},{end})", timeout=timeout, max_body=max_body)
-                    self.workers.append(w)
+                # the last first: a worker that forwards inherits the input of the next one
+                ids = itertools.count(1)
+                for i, (begin, end) in reversed(list(enumerate(split))):
+                    following = self.workers[0] if forward and self.workers else None
+                    name = f"shard{i}[{begin},{end})"
+                    w = Worker(
+                        worker_bin, name, timeout=timeout, max_body=max_body, next_stage=following, ids=ids
+                    )
+                    self.workers.insert(0, w)
+                for i, w in enumerate(self.workers):
                     ngl = (
                         n_gpu_layers
                         if n_gpu_layers is None or isinstance(n_gpu_layers, int)
                         else n_gpu_layers[i]
                     )
-                    self.info.append(w.load(model, (begin, end), context=context, n_gpu_layers=ngl))
+                    self.info.append(w.load(model, split[i], context=context, n_gpu_layers=ngl))
         except Exception:
             self.close()
             raise
         self.split: list[tuple[int, int]] = split
+        self.forward = forward and len(self.workers) > 1
 
     @property
     def head(self) -> Worker:
@@ -145,9 +159,92 @@ class Pipeline:
                 with contextlib.suppress(WorkerDiedError, WorkerRequestError):
                     w.request("release", session=session, timeout=10.0)
 
+    def _forwarded(
+        self, op: str, release: str | None, **fields: Any
+    ) -> tuple[Any, list[dict[str, Any]], float]:
+        """`op` sent to the first worker with `forward`: each worker sends its output on to the next one, the
+        last replies. Its reply, the trail (the reply fields of the others, in order) and the seconds;
+        `release`: the session the others release when a worker dies."""
+        start = time.perf_counter()
+        try:
+            rid = self.workers[0].send(op, forward=len(self.workers) - 1, **fields)
+        except WorkerDiedError as exc:
+            self._fail(0, rid=None, session=release)
+            raise ShardFailedError(0, self.split[0], exc) from exc
+        index, reply = self._first_reply(op, rid, release)
+        try:
+            rep = self.workers[index].checked(reply, op, rid)
+        except WorkerRequestError as exc:
+            if exc.code == "forward_failed" and index + 1 < len(self.workers):
+                # the next worker is gone: it is the one that failed
+                nxt = self.workers[index + 1]
+                self._fail(index + 1, rid=None, session=release)
+                cause = WorkerDiedError(nxt.name, exc.message, nxt.stderr_tail())
+                raise ShardFailedError(index + 1, self.split[index + 1], cause) from exc
+            raise
+        if index != len(self.workers) - 1:
+            raise WorkerDiedError(
+                self.workers[index].name, f"replied to a forwarded '{op}' instead of forwarding it"
+            )
+        trail = rep.header.get("trail", [])
+        if not isinstance(trail, list) or len(trail) != len(self.workers) - 1:
+            raise WorkerDiedError(
+                self.workers[index].name,
+                f"the trail of a forwarded '{op}' is not one entry per earlier worker",
+            )
+        return rep, trail, time.perf_counter() - start
+
+    def _fail(self, failed: int, rid: int | None, session: str | None) -> None:
+        """Worker `failed` is gone: a reply to the forwarded request `rid` that another worker may still write
+        is dropped when it comes, and the others release `session`."""
+        if rid is not None:
+            for w in self.workers:
+                w.abandon(rid)
+        self._release_others(failed, session)
+
+    def _first_reply(self, op: str, rid: int, session: str | None) -> tuple[int, Any]:
+        """The first reply any worker writes to the forwarded request `rid` (the last worker's, or a refusal
+        of one on the way), and which worker wrote it."""
+        limit = max(w.timeout for w in self.workers)
+        deadline = time.monotonic() + limit
+        while True:
+            ready = [i for i, w in enumerate(self.workers) if w.buffered()]
+            if not ready:
+                fds = [w.fd for w in self.workers]
+                readable = select.select(fds, [], [], max(deadline - time.monotonic(), 0.0))[0]
+                if not readable:
+                    last = len(self.workers) - 1
+                    self._fail(last, rid, session)
+                    cause = WorkerDiedError(
+                        self.workers[last].name, f"no reply to '{op}' within {limit:.0f} s"
+                    )
+                    raise ShardFailedError(last, self.split[last], cause)
+                ready = [fds.index(readable[0])]
+            index = ready[0]
+            try:
+                reply = self.workers[index].read_message(op)
+            except WorkerDiedError as exc:
+                self._fail(index, rid, session)
+                raise ShardFailedError(index, self.split[index], exc) from exc
+            if not self.workers[index].dropped(reply):
+                return index, reply
+
     def step(self, session: str, epoch: int, pos: int, tokens: list[int], logits: str = "last") -> StepResult:
         """Run `tokens` (at positions pos...) through every shard; WorkerRequestError on a refusal (a cache
         miss, a batch over n_batch)."""
+        if self.forward:
+            rep, trail, elapsed = self._forwarded(
+                "decode",
+                session,
+                session=session,
+                epoch=epoch,
+                pos=pos,
+                n_tokens=len(tokens),
+                logits=logits,
+                tokens=tokens,
+            )
+            shards = [list(t.get("evicted", [])) for t in trail] + [list(rep.header.get("evicted", []))]
+            return self._result(rep, shards, [elapsed])
         body = b""
         evicted: list[list[str]] = []
         seconds: list[float] = []
@@ -168,6 +265,10 @@ class Pipeline:
             evicted.append(list(rep.header.get("evicted", [])))
             body = rep.body
         assert rep is not None
+        return self._result(rep, evicted, seconds)
+
+    @staticmethod
+    def _result(rep: Any, evicted: list[list[str]], seconds: list[float]) -> StepResult:
         n_vocab = int(rep.header["n_vocab"])
         arr = (
             np.frombuffer(rep.body, dtype="<f4").reshape(-1, n_vocab)
@@ -179,6 +280,19 @@ class Pipeline:
     def step_batch(self, steps: list[BatchStep], logits: str = "argmax") -> BatchResult:
         """One step of each of several cached sessions, in one batch through every shard (`decode_batch`,
         docs/protocol.md); WorkerRequestError on a refusal (a session not cached, a wrong position)."""
+        if self.forward:
+            steps_fields = [
+                {
+                    "session": s.session,
+                    "epoch": s.epoch,
+                    "pos": s.pos,
+                    "n_tokens": len(s.tokens),
+                    "tokens": s.tokens,
+                }
+                for s in steps
+            ]
+            rep, _, elapsed = self._forwarded("decode_batch", None, steps=steps_fields, logits=logits)
+            return BatchResult([int(a) for a in rep.header["argmax"]], [elapsed])
         body = b""
         seconds: list[float] = []
         rep = None
