@@ -15,6 +15,12 @@ import numpy as np
 
 from dgr.errors import ShardFailedError, WorkerDiedError, WorkerRequestError
 from dgr.verify.wire.client import ContextParams, Worker
+from dgr.verify.wire.frames import Frame
+
+
+def logits_of(reply: Frame) -> np.ndarray:
+    """The logits a decode reply of the last range carries, [outputs, n_vocab] float32 (none with argmax)."""
+    return np.frombuffer(reply.body, dtype="<f4").reshape(-1, int(reply.header["n_vocab"]))
 
 
 @dataclass(frozen=True)
@@ -268,14 +274,8 @@ class Pipeline:
         return self._result(rep, evicted, seconds)
 
     @staticmethod
-    def _result(rep: Any, evicted: list[list[str]], seconds: list[float]) -> StepResult:
-        n_vocab = int(rep.header["n_vocab"])
-        arr = (
-            np.frombuffer(rep.body, dtype="<f4").reshape(-1, n_vocab)
-            if rep.body
-            else np.zeros((0, n_vocab), "<f4")
-        )
-        return StepResult(list(rep.header["argmax"]), arr, evicted, seconds)
+    def _result(rep: Frame, evicted: list[list[str]], seconds: list[float]) -> StepResult:
+        return StepResult(list(rep.header["argmax"]), logits_of(rep), evicted, seconds)
 
     def step_batch(self, steps: list[BatchStep], logits: str = "argmax") -> BatchResult:
         """One step of each of several cached sessions, in one batch through every shard (`decode_batch`,
