@@ -383,6 +383,19 @@ def test_a_split_that_decodes_other_tokens_fails_the_bench() -> None:
     assert "m.gguf: the split into 5 (in one process) did not compare its tokens" in err.value.detail
 
 
+def test_a_forwarding_chain_that_decodes_other_tokens_fails_the_bench() -> None:
+    """The chains that forward are held to the whole model's tokens as the relayed ones are."""
+    split.diverged(BenchResult.from_json(FORWARDED))
+    broken = json.loads(json.dumps(FORWARDED))
+    broken["workers"][2]["forwarded"]["same_tokens"] = False
+    broken["batched"][0]["forwarded"]["same_tokens"] = False
+    with pytest.raises(BenchError) as err:
+        split.diverged(BenchResult.from_json(broken))
+    assert "2 split(s) decoded other tokens" in str(err.value)
+    assert "m.gguf: the split into 5 (workers forwarding) generated other tokens" in err.value.detail
+    assert "m.gguf: 4 sessions in one batch through 2 ranges decoded other tokens" in err.value.detail
+
+
 def test_ranges_against_rpc_is_met_only_when_every_paired_median_is_at_least_one() -> None:
     """The `ranges_vs_rpc` target of the committed `--rpc` bench: the worst median of ranges / RPC over
     prefill and decode at every number of processes; with every median raised to 1.01 it is met."""
