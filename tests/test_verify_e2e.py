@@ -8,6 +8,7 @@ import json
 import os
 import re
 import struct
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -479,6 +480,17 @@ def test_ranges_that_forward_decode_as_the_supervisor_relays(worker_bin: Path, r
         with pytest.raises(ShardFailedError, match=r"shard 1 \(layers \[10, 20\)\)"):
             fwd.step("b", 1, 5, [1])
         assert "b" not in {s["session"] for s in fwd.workers[0].request("sessions").header["sessions"]}
+
+
+@pytest.mark.parametrize("value", ["99", "abc", "1", "-3"])
+def test_worker_refuses_a_next_fd_that_is_not_an_open_descriptor(worker_bin: Path, value: str) -> None:
+    """`--next-fd` must name an open file descriptor above 2 (stdin, stdout and stderr are the protocol's):
+    anything else is a usage error naming it, before the worker serves anything."""
+    result = subprocess.run(
+        [str(worker_bin), "--next-fd", value], input=b"", capture_output=True, timeout=60, check=False
+    )
+    assert result.returncode == 2
+    assert f"--next-fd {value} is not an open file descriptor above 2" in result.stderr.decode()
 
 
 def test_worker_times_its_decode_requests(worker_bin: Path, real_cache: Path) -> None:
