@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from dgr.contracts.report import GROUPS
 from dgr.errors import ShardFailedError, WorkerRequestError
+from dgr.verify.bench import rpc
 from dgr.verify.models import prompts
 from dgr.verify.wire import bundle, frames
 from dgr.verify.wire.client import ContextParams, Worker
@@ -450,9 +451,23 @@ def test_ranges_that_forward_decode_as_the_supervisor_relays(worker_bin: Path, r
     ):
         assert fwd.forward and not relayed.forward
         assert fwd.generate("g", 1, prompt, 8) == relayed.generate("g", 1, prompt, 8)
+        for w in fwd.workers:
+            w.request("timing")  # from here
         want = relayed.step("a", 1, 0, prompt, logits="all")
         got = fwd.step("a", 1, 0, prompt, logits="all")
         assert got.logits.tobytes() == want.logits.tobytes() and got.argmax == want.argmax
+        # each range counts the bytes it sent on (`timing`): one frame (a 16-byte prefix, the request's
+        # header, the bundle the relayed range replies with) per forwarded step; the last sends nothing on
+        sent = [int(w.request("timing").header["forwarded_bytes"]) for w in fwd.workers]
+        body = (
+            relayed.workers[0].request("decode", session="z", epoch=1, pos=0, n_tokens=5, tokens=prompt).body
+        )
+        body1 = relayed.workers[1].request("decode", body, session="z", epoch=1, pos=0, n_tokens=5).body
+        assert 16 + len(body) < sent[0] < 16 + len(body) + 1024
+        assert 16 + len(body1) < sent[1] < 16 + len(body1) + 1024
+        assert sent[2] == 0 and len(body) == len(body1) > 5 * 576 * 4
+        for w in relayed.workers[:2]:
+            w.request("release", session="z")
         assert len(got.seconds) == 1 and got.evicted == [[], [], []]
         steps = [BatchStep("a", 1, 5, [got.argmax[-1]])]
         assert fwd.step_batch(steps).argmax == relayed.step_batch(steps).argmax
@@ -480,6 +495,25 @@ def test_ranges_that_forward_decode_as_the_supervisor_relays(worker_bin: Path, r
         with pytest.raises(ShardFailedError, match=r"shard 1 \(layers \[10, 20\)\)"):
             fwd.step("b", 1, 5, [1])
         assert "b" not in {s["session"] for s in fwd.workers[0].request("sessions").header["sessions"]}
+
+
+def test_the_rpc_bench_counts_the_frames_ranges_send_on(worker_bin: Path, real_cache: Path) -> None:
+    """`dgr bench --rpc`'s ranges forward: their bytes per decoded token are the whole model's and one frame
+    of the hidden state per hop, counted by the ranges that send them on; the last range samples (argmax), so
+    no logits cross a pipe; the tokens are the whole model's."""
+    model = next((real_cache / "models").glob("*/SmolLM2-*.gguf"))
+    prompt = list(range(1, 11))
+    splits = {1: [(0, 30)], 2: [(0, 15), (15, 30)], 3: [(0, 10), (10, 20), (20, 30)]}
+    runs = {k: rpc._ranges_run(worker_bin, model, split, prompt, 6, 2) for k, split in splits.items()}
+    assert runs[2][1] == runs[3][1] == runs[1][1]
+    per_token = {k: row["wire_bytes_per_token"] for k, (row, _) in runs.items()}
+    first = {k: row["wire_bytes_before_first_token"] for k, (row, _) in runs.items()}
+    hidden = 576 * 4  # one token's hidden state, float32
+    assert per_token[1] < 1024  # a step and its argmax, no logits
+    for k in (2, 3):
+        hops = k - 1
+        assert hops * hidden < per_token[k] - per_token[1] < hops * (hidden + 1024)
+        assert hops * len(prompt) * hidden < first[k] - first[1] < hops * (len(prompt) * hidden + 2048)
 
 
 @pytest.mark.parametrize("value", ["99", "abc", "1", "-3"])

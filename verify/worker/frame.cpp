@@ -138,7 +138,7 @@ read_status frame_reader::read(frame & out, std::string & error) {
 }
 
 bool write_frame(int fd, const std::string & header, const void * body, uint64_t body_size) {
-    uint8_t prefix[16];
+    uint8_t prefix[kPrefix];
     memcpy(prefix, kMagic, sizeof(kMagic));
     put_u32le(prefix + 4, (uint32_t) header.size());
     put_u64le(prefix + 8, body_size);
@@ -269,9 +269,19 @@ read_status message_reader::read(frame & out, std::string & error) {
     }
 }
 
-bool write_message(int fd, const std::string & header, const std::vector<uint8_t> & body, uint64_t max_body) {
+bool write_message(int fd, const std::string & header, const std::vector<uint8_t> & body, uint64_t max_body,
+                   uint64_t * written) {
+    auto frame = [&](const std::string & h, const uint8_t * data, uint64_t size) {
+        if (!write_frame(fd, h, data, size)) {
+            return false;
+        }
+        if (written) {
+            *written += kPrefix + h.size() + size;
+        }
+        return true;
+    };
     if (body.size() <= max_body) {
-        return write_frame(fd, header, body.data(), body.size());
+        return frame(header, body.data(), body.size());
     }
     json hdr = json::parse(header);
     const uint64_t total = body.size();
@@ -281,7 +291,7 @@ bool write_message(int fd, const std::string & header, const std::vector<uint8_t
         const uint64_t size   = std::min<uint64_t>(max_body, total - offset);
         json h = i + 1 < count ? json{ {"id", hdr.contains("id") ? hdr["id"] : json(nullptr)} } : hdr;
         h["fragment"] = { {"index", i}, {"count", count}, {"offset", offset}, {"total", total} };
-        if (!write_frame(fd, h.dump(), body.data() + offset, size)) {
+        if (!frame(h.dump(), body.data() + offset, size)) {
             return false;
         }
     }

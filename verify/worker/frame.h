@@ -16,6 +16,7 @@
 namespace lw {
 
 constexpr char     kMagic[4]  = {'L', 'W', 'P', '1'};
+constexpr size_t   kPrefix    = 16; // magic, header size, body size
 constexpr uint32_t kMaxHeader = 1u << 20;
 
 struct frame {
@@ -88,7 +89,9 @@ private:
     uint64_t             total_ = 0;
 };
 
-// writes a message, cut into fragments when the body is over max_body; header is a JSON object text
-bool write_message(int fd, const std::string & header, const std::vector<uint8_t> & body, uint64_t max_body);
+// writes a message, cut into fragments when the body is over max_body; header is a JSON object text. `written`, when
+// given, grows by the bytes of every frame written whole (prefixes, headers and bodies)
+bool write_message(int fd, const std::string & header, const std::vector<uint8_t> & body, uint64_t max_body,
+                   uint64_t * written = nullptr);
 
 } // namespace lw

@@ -1055,9 +1055,10 @@ json worker::op_decode_batch(const json & req, const std::vector<uint8_t> & body
     return res;
 }
 
-void worker::add_reply_write(double write_us) {
+void worker::add_reply_write(double write_us, uint64_t forwarded) {
     if (last_was_decode_) {
         timing_.write_us += write_us;
+        timing_.forwarded_bytes += forwarded;
     }
 }
 
@@ -1068,6 +1069,7 @@ json worker::op_timing() {
         {"n_requests", t.n_requests}, {"graphs_reused", t.graphs_reused},
         {"wait_us", t.wait_us}, {"read_us", t.read_us}, {"parse_us", t.parse_us},
         {"process_us", t.process_us}, {"output_us", t.output_us}, {"write_us", t.write_us},
+        {"forwarded_bytes", t.forwarded_bytes},
     };
 }
 

@@ -56,14 +56,15 @@ struct decode_request {
 // where the time of the decode and decode_batch requests went since the last `timing` request, in microseconds
 // (docs/protocol.md)
 struct decode_timing {
-    uint64_t n_requests    = 0;
-    uint64_t graphs_reused = 0; // requests whose llama_process reused the previous compute graph
-    double   wait_us       = 0; // from the end of the previous reply to the first byte of the request
-    double   read_us       = 0; // from that byte to the whole request
-    double   parse_us      = 0; // the header's fields and the bundle, validated and copied
-    double   process_us    = 0; // llama_process: the graph built or reused, and computed
-    double   output_us     = 0; // the hidden state encoded as a bundle, or the logits copied
-    double   write_us      = 0; // the reply written
+    uint64_t n_requests      = 0;
+    uint64_t graphs_reused   = 0; // requests whose llama_process reused the previous compute graph
+    double   wait_us         = 0; // from the end of the previous reply to the first byte of the request
+    double   read_us         = 0; // from that byte to the whole request
+    double   parse_us        = 0; // the header's fields and the bundle, validated and copied
+    double   process_us      = 0; // llama_process: the graph built or reused, and computed
+    double   output_us       = 0; // the hidden state encoded as a bundle, or the logits copied
+    double   write_us        = 0; // the reply written
+    uint64_t forwarded_bytes = 0; // the frames sent on to the next range (`forward`)
 };
 
 // a session: a stable id mapped to a sequence of the context
@@ -85,7 +86,8 @@ public:
 
     // the wait and the read of the request that handle() gets next, and the write of the reply it returned
     void set_request_io(double wait_us, double read_us) { wait_us_ = wait_us; read_us_ = read_us; }
-    void add_reply_write(double write_us);
+    // the reply of the last request written (or forwarded to the next range: `forwarded` bytes)
+    void add_reply_write(double write_us, uint64_t forwarded);
 
 private:
     void add_timing(double parse_us, double process_us, double output_us, bool reused);

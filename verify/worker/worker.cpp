@@ -60,6 +60,8 @@ int main(int argc, char ** argv) {
     lw::worker w(verbose, max_body, next_fd);
     lw::message_reader reader(lw::frame_reader(0, max_body), lw::kMaxMessage);
 
+    // a header as one line of JSON; invalid UTF-8 in a string (an error message) is replaced, not thrown
+    auto dump = [](const lw::json & header) { return header.dump(-1, ' ', false, lw::json::error_handler_t::replace); };
     using clock = std::chrono::steady_clock;
     auto us = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
     for (;;) {
@@ -88,15 +90,16 @@ int main(int argc, char ** argv) {
             }
         }
         const clock::time_point t_write = clock::now();
-        if (rep.forward && !lw::write_message(next_fd, rep.header.dump(-1, ' ', false, lw::json::error_handler_t::replace), rep.body, max_body)) {
+        uint64_t forwarded = 0;
+        if (rep.forward && !lw::write_message(next_fd, dump(rep.header), rep.body, max_body, &forwarded)) {
             // the next range is gone: the sender hears it from this range
             rep = lw::reply::fail(rep.header["id"], "forward_failed", std::string("cannot write to the next range: ") + strerror(errno));
         }
-        if (!rep.forward && !lw::write_message(1, rep.header.dump(-1, ' ', false, lw::json::error_handler_t::replace), rep.body, max_body)) {
+        if (!rep.forward && !lw::write_message(1, dump(rep.header), rep.body, max_body)) {
             fprintf(stderr, "layer-worker: cannot write to stdout, exiting\n");
             return 1;
         }
-        w.add_reply_write(us(t_write, clock::now()));
+        w.add_reply_write(us(t_write, clock::now()), forwarded);
         if (st == lw::read_status::truncated || st == lw::read_status::io_error || w.should_exit()) {
             break;
         }

@@ -177,6 +177,6 @@ def beside_upstream(
             n_layer,
             args.threads,
             dirs[0],
-            reps=3,
+            reps=rpc.REPS,
         )
     return BesideUpstream(comparison=comparisons[0], others=tuple(comparisons[1:]), rpc=Rpc.from_json(beside))

@@ -1,8 +1,9 @@
 """`dgr generate [--model NAME|PATH] [--split RANGES] [-n N] [--ctx N] [--chat] [--no-reference] [--json]
-PROMPT`: greedy generation through a chain of layer-worker processes (one per range) on a locked model (the
-default one unless named) or a GGUF file, compared with the unsplit model (run after it, said on stderr;
-`--no-reference` skips it); exit 9 when the two differ. The text printed is the prompt (bold on a terminal,
-else in brackets) followed by its continuation."""
+PROMPT`: greedy generation through a chain of layer-worker processes (one per range, each sending its hidden
+state on to the next itself: `forward` of docs/protocol.md) on a locked model (the default one unless named)
+or a GGUF file, compared with the unsplit model (run after it, said on stderr; `--no-reference` skips it);
+exit 9 when the two differ. The text printed is the prompt (bold on a terminal, else in brackets) followed by
+its continuation."""
 
 from __future__ import annotations
 
@@ -93,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
     worker = build.run(ctx, buildplan.Request(mirror=args.mirror)).path / "bin" / "layer-worker"
     whole_model = [(0, n_layer)]
     # one session per worker: it gets the whole context (a worker gives each session n_ctx / max_sessions)
-    with Pipeline(worker, path, split, threads=args.threads, n_ctx=args.ctx, max_sessions=1) as pipe:
+    with Pipeline(
+        worker, path, split, threads=args.threads, n_ctx=args.ctx, max_sessions=1, forward=True
+    ) as pipe:
         tokens = pipe.tokenize(args.prompt, chat=args.chat)
         check_fits(len(tokens), args.n_tokens, pipe.capacity, args.ctx)
         eos = pipe.head.request("tokenize", text="").header

@@ -5,7 +5,9 @@
     best setup RPC has), driven by upstream's `llama-completion --rpc ... -ngl 99 -ts 1,1[,1]`: a first start
     with an empty tensor cache and a later start with the cache filled, reported separately;
 (b) a chain of 2 and 3 processes that each load one range of layers from the local file (`layer-worker`,
-    dgr.verify.wire.pipeline), and the whole model in one such process for reference.
+    dgr.verify.wire.pipeline), each sending its hidden state on to the next itself (`forward`), the last one
+    sampling (greedy: its argmax) where RPC's head does, and the whole model in one such process for
+    reference.
 
 Per run: the bytes that cross process boundaries before the first token and per decoded token, the peak RSS
 of every process, the time to the first token (from starting the head, or the range processes, to the first
@@ -15,8 +17,8 @@ How bytes are counted: for RPC, the received bytes of the loopback interface (/p
 before the head starts, when its first token arrives and when it exits: every byte the head and the servers
 exchange, TCP/IP headers included (and any other loopback traffic of the machine meanwhile). For the ranges,
 the processes talk over pipes: the bytes of every request and reply frame (header and body) between the
-supervising process and each range, counted as they are sent and read (the hidden state of a hop crosses
-twice: from one range to the supervisor, then to the next range).
+supervising process and the ranges, counted as they are sent and read, and of every frame a range sends on to
+the next one, counted by the range as it writes it (`timing`: `forwarded_bytes`).
 """
 
 from __future__ import annotations
@@ -45,14 +47,16 @@ from dgr.verify.wire.pipeline import Pipeline
 
 SPLITS = (2, 3)
 DECODE_TOKENS = 32
+REPS = 7
+"""Paired rounds of `dgr bench --rpc`: each starts every configuration anew (about 20 s a round here)."""
 PORT_BASE = 50152
 HEAD = "llama-completion"
 SERVER = "ggml-rpc-server"
 WIRE_METHOD = (
     "RPC: received bytes of the loopback interface (/proc/net/dev, lo), TCP/IP headers included, read before "
     "the head starts, at its first token and when it exits. Layer ranges: the bytes of every request and "
-    "reply frame between the supervising process and each range process (pipes), so the hidden state of "
-    "each hop is counted twice (range to supervisor, supervisor to next range)."
+    "reply frame between the supervising process and the range processes, and of every frame a range sends "
+    "on to the next one (pipes), prefixes, headers and bodies."
 )
 
 
@@ -78,7 +82,8 @@ def _frame_size(header: dict[str, Any], body: bytes) -> int:
 
 
 class CountingPipeline(Pipeline):
-    """A Pipeline that counts the bytes of every frame it sends to and reads from its range processes."""
+    """A Pipeline that counts the bytes of every frame it sends to and reads from its range processes
+    (`wire_bytes`); `forwarded_bytes` asks the ranges for those of the frames they sent on to the next one."""
 
     wire_bytes = 0
 
@@ -88,6 +93,19 @@ class CountingPipeline(Pipeline):
         self.wire_bytes += _frame_size(reply.header, reply.body)
         return reply
 
+    def _forwarded(
+        self, op: str, release: str | None, **fields: Any
+    ) -> tuple[Any, list[dict[str, Any]], float]:
+        reply, trail, seconds = super()._forwarded(op, release, **fields)
+        self.wire_bytes += _frame_size({"id": 0, "op": op, "forward": len(self.workers) - 1, **fields}, b"")
+        self.wire_bytes += _frame_size(reply.header, reply.body)
+        return reply, trail, seconds
+
+    def forwarded_bytes(self) -> int:
+        """The bytes of the frames the ranges sent on to the next one since the last call (their `timing`,
+        which this resets)."""
+        return sum(int(w.request("timing").header["forwarded_bytes"]) for w in self.workers)
+
     def __enter__(self) -> CountingPipeline:
         return self
 
@@ -96,18 +114,23 @@ def _ranges_run(
     worker: Path, model: Path, split: list[tuple[int, int]], prompt: list[int], n: int, threads: int
 ) -> tuple[dict[str, Any], list[int]]:
     start = time.perf_counter()
-    with CountingPipeline(worker, model, split, threads=threads, n_ctx=512, max_sessions=1) as pipe:
+    with CountingPipeline(
+        worker, model, split, threads=threads, n_ctx=512, max_sessions=1, forward=True
+    ) as pipe:
         prefill_start = time.perf_counter()
-        first = pipe.prefill("rpc-bench", 1, prompt)
+        # the last range samples (greedy: the argmax), as the head does for RPC: no logits cross a process
+        first = pipe.prefill("rpc-bench", 1, prompt, logits="argmax")
         ttft = time.perf_counter() - start
         prefill_s = time.perf_counter() - prefill_start
-        before_first = pipe.wire_bytes
+        supervised = pipe.wire_bytes
+        before_first = supervised + pipe.forwarded_bytes()
         tokens = [first.argmax[-1]]
         decode_start = time.perf_counter()
         for j in range(n - 1):
-            tokens.append(pipe.step("rpc-bench", 1, len(prompt) + j, [tokens[-1]]).argmax[-1])
+            step = pipe.step("rpc-bench", 1, len(prompt) + j, [tokens[-1]], logits="argmax")
+            tokens.append(step.argmax[-1])
         decode_s = time.perf_counter() - decode_start
-        per_token = (pipe.wire_bytes - before_first) / max(n - 1, 1)
+        per_token = (pipe.wire_bytes - supervised + pipe.forwarded_bytes()) / max(n - 1, 1)
         rss = [int(w.request("memory").header["peak_rss"]) for w in pipe.workers]
     procs = [
         {"role": "range", "what": f"layers [{b}, {e})", "peak_rss": r}
@@ -275,7 +298,7 @@ def measure(
     build_dir: Path | None = None,
     splits: tuple[int, ...] = SPLITS,
     n_decode: int = DECODE_TOKENS,
-    reps: int = 3,
+    reps: int = REPS,
 ) -> dict[str, Any]:
     """(a) and (b) side by side, with the same prompt, threads and decoded tokens: `reps` rounds, each of the
     whole model, then per k of RPC k (first start, then later start) and ranges k in alternating order (RPC

@@ -238,17 +238,10 @@ class Pipeline:
     def step(self, session: str, epoch: int, pos: int, tokens: list[int], logits: str = "last") -> StepResult:
         """Run `tokens` (at positions pos...) through every shard; WorkerRequestError on a refusal (a cache
         miss, a batch over n_batch)."""
+        # what every range is asked; the first range also takes the tokens
+        fields = {"session": session, "epoch": epoch, "pos": pos, "n_tokens": len(tokens), "logits": logits}
         if self.forward:
-            rep, trail, elapsed = self._forwarded(
-                "decode",
-                session,
-                session=session,
-                epoch=epoch,
-                pos=pos,
-                n_tokens=len(tokens),
-                logits=logits,
-                tokens=tokens,
-            )
+            rep, trail, elapsed = self._forwarded("decode", session, **fields, tokens=tokens)
             shards = [list(t.get("evicted", [])) for t in trail] + [list(rep.header.get("evicted", []))]
             return self._result(rep, shards, [elapsed])
         body = b""
@@ -256,17 +249,8 @@ class Pipeline:
         seconds: list[float] = []
         rep = None
         for i in range(len(self.workers)):
-            fields: dict[str, Any] = {
-                "session": session,
-                "epoch": epoch,
-                "pos": pos,
-                "n_tokens": len(tokens),
-                "logits": logits,
-            }
-            if i == 0:
-                fields["tokens"] = tokens
             start = time.perf_counter()
-            rep = self._call(i, "decode", body, **fields)
+            rep = self._call(i, "decode", body, **fields, **({"tokens": tokens} if i == 0 else {}))
             seconds.append(time.perf_counter() - start)
             evicted.append(list(rep.header.get("evicted", [])))
             body = rep.body
@@ -280,30 +264,20 @@ class Pipeline:
     def step_batch(self, steps: list[BatchStep], logits: str = "argmax") -> BatchResult:
         """One step of each of several cached sessions, in one batch through every shard (`decode_batch`,
         docs/protocol.md); WorkerRequestError on a refusal (a session not cached, a wrong position)."""
+        # what every range is asked of each step; the first range also takes the tokens
+        fields = [
+            {"session": s.session, "epoch": s.epoch, "pos": s.pos, "n_tokens": len(s.tokens)} for s in steps
+        ]
+        first = [f | {"tokens": s.tokens} for f, s in zip(fields, steps, strict=True)]
         if self.forward:
-            steps_fields = [
-                {
-                    "session": s.session,
-                    "epoch": s.epoch,
-                    "pos": s.pos,
-                    "n_tokens": len(s.tokens),
-                    "tokens": s.tokens,
-                }
-                for s in steps
-            ]
-            rep, _, elapsed = self._forwarded("decode_batch", None, steps=steps_fields, logits=logits)
+            rep, _, elapsed = self._forwarded("decode_batch", None, steps=first, logits=logits)
             return BatchResult([int(a) for a in rep.header["argmax"]], [elapsed])
         body = b""
         seconds: list[float] = []
         rep = None
         for i in range(len(self.workers)):
-            fields = [
-                {"session": s.session, "epoch": s.epoch, "pos": s.pos, "n_tokens": len(s.tokens)}
-                | ({"tokens": s.tokens} if i == 0 else {})
-                for s in steps
-            ]
             start = time.perf_counter()
-            rep = self._call(i, "decode_batch", body, steps=fields, logits=logits)
+            rep = self._call(i, "decode_batch", body, steps=first if i == 0 else fields, logits=logits)
             seconds.append(time.perf_counter() - start)
             body = rep.body
         assert rep is not None
