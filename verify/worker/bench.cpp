@@ -172,47 +172,51 @@ static json bench_split(const std::map<std::string, std::string> & args) {
         return t;
     };
 
+    // `measure(stages, side)` for the whole model (side 0) and the chain (side 1) in paired rounds, in alternating
+    // order (round r: the whole model first for even r), each from an empty cache: the seconds it returns, per side
+    auto paired_rounds = [&](auto && measure) {
+        std::vector<double> secs[2];
+        for (int r = 0; r < reps; ++r) {
+            for (int k = 0; k < 2; ++k) {
+                const int w = r % 2 == 0 ? k : 1 - k;
+                auto & st = w == 0 ? whole : chain;
+                clear(st);
+                secs[w].push_back(measure(st, w));
+            }
+        }
+        return json{ {"whole_s", secs[0]}, {"split_s", secs[1]} };
+    };
+
     json out = json::object();
     json prefill_out = json::array();
     for (int n : prefill) {
         const auto tokens = tokens_of(n);
-        std::vector<double> secs[2];
-        for (int r = 0; r < reps; ++r) {
-            for (int k = 0; k < 2; ++k) {
-                const int w = r % 2 == 0 ? k : 1 - k;
-                auto & st = w == 0 ? whole : chain;
-                clear(st);
-                const double t0 = now_s();
-                run_chain(st, tokens, 0);
-                secs[w].push_back(now_s() - t0);
-            }
-        }
-        prefill_out.push_back({ {"tokens", n}, {"whole_s", secs[0]}, {"split_s", secs[1]} });
+        json row = paired_rounds([&](std::vector<stage> & st, int) {
+            const double t0 = now_s();
+            run_chain(st, tokens, 0);
+            return now_s() - t0;
+        });
+        row["tokens"] = n;
+        prefill_out.push_back(row);
     }
     out["prefill"] = prefill_out;
 
     // decode: n_dec single tokens after a 16-token prompt, the same greedy tokens for both
-    {
-        const auto prompt = tokens_of(16);
-        std::vector<double> secs[2];
-        std::vector<int32_t> gen[2];
-        for (int r = 0; r < reps; ++r) {
-            for (int k = 0; k < 2; ++k) {
-                const int w = r % 2 == 0 ? k : 1 - k;
-                auto & st = w == 0 ? whole : chain;
-                clear(st);
-                int32_t tok = run_chain(st, prompt, 0);
-                gen[w].assign(1, tok);
-                const double t0 = now_s();
-                for (int i = 0; i < n_dec; ++i) {
-                    tok = run_chain(st, { tok }, 16 + i);
-                    gen[w].push_back(tok);
-                }
-                secs[w].push_back(now_s() - t0);
-            }
+    const auto prompt = tokens_of(16);
+    std::vector<int32_t> gen[2];
+    json decode = paired_rounds([&](std::vector<stage> & st, int w) {
+        int32_t tok = run_chain(st, prompt, 0);
+        gen[w].assign(1, tok);
+        const double t0 = now_s();
+        for (int i = 0; i < n_dec; ++i) {
+            tok = run_chain(st, { tok }, 16 + i);
+            gen[w].push_back(tok);
         }
-        out["decode"] = { {"tokens", n_dec}, {"whole_s", secs[0]}, {"split_s", secs[1]}, {"same_tokens", gen[0] == gen[1]} };
-    }
+        return now_s() - t0;
+    });
+    decode["tokens"]      = n_dec;
+    decode["same_tokens"] = gen[0] == gen[1];
+    out["decode"] = decode;
     for (auto * st : { &whole, &chain }) {
         for (auto & s : *st) {
             llama_free(s.ctx);

@@ -114,6 +114,21 @@ def verified_cached(path: Path, sha256: str, what: str) -> Path | None:
     return None
 
 
+def locked_download(path: Path, sha256: str, source: str) -> str:
+    """The SHA-256 of the file `path` downloaded from `source` (PyPI, Debian bookworm), which must be
+    `sha256`, its lock's; IntegrityError otherwise, for a caller that has cached nothing of it."""
+    actual = sha256_file(path)
+    if actual != sha256:
+        raise IntegrityError(
+            f"{path.name} downloaded from {source} does not match the lock; nothing was cached",
+            expected=sha256,
+            actual=actual,
+            hint=f"if {source} really serves a new file, review it and update its sha256 in locks/; "
+            "otherwise retry (proxy or mirror corruption)",
+        )
+    return actual
+
+
 def writable_dir(path: Path, what: str) -> None:
     """Create `path` (and its parents) and check that files can be written in it; ConfigError otherwise,
     naming the path and `what` it is (an option, an environment variable)."""

@@ -15,7 +15,7 @@ from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.export.apisurface import Item
 from dgr.export.branches import Stat
 from dgr.export.measured import Measured
-from dgr.export.upstream_package import LineGlobs, UpstreamConventions
+from dgr.export.upstream_package import Concern, LineGlobs, Pull, UpstreamConventions
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,6 @@ class Section:
     """The heading's text (`Overview`), empty for what precedes the first heading."""
     text: str
     """The section as upstream wrote it: the heading line and everything up to the next heading."""
-
-    @property
-    def body(self) -> str:
-        """The section without its heading line."""
-        return self.text.split("\n", 1)[1] if self.heading else self.text
 
 
 @dataclass(frozen=True)
@@ -89,10 +84,8 @@ class CommitFacts:
     """1-based, within its pull request."""
     commit: str
     subject: str
-    notes: tuple[str, ...]
-    """Of its concern (package.toml), as its provenance below."""
-    answers: str
-    drop_when: str
+    concern: Concern
+    """Its concern of package.toml: its provenance (`answers`, `drop_when`) and `notes`."""
     stat: Stat
     lines: LineCounts
     files: tuple[str, ...]
@@ -127,14 +120,11 @@ class Prefix:
     passed: bool
 
 
-@dataclass(frozen=True)
-class PullFacts:
-    """One pull request of the package: its branch, bundle, commits and native tests."""
+@dataclass(frozen=True, kw_only=True)
+class PullFacts(Pull):
+    """One pull request of the package (its `[[pulls]]` table of package.toml, inherited): its branch, bundle,
+    commits and native tests."""
 
-    number: int
-    branch: str
-    title: str
-    why: str
     bundle: str
     body: str
     """The file of its description (`PR-<n>.md`)."""

@@ -24,7 +24,7 @@ import jinja2
 
 from dgr.builds import buildplan
 from dgr.builds.reportstore import Stored
-from dgr.contracts import locks, modellock
+from dgr.contracts import convert, locks, modellock
 from dgr.errors import ConfigError, VerifyError
 from dgr.export import apisurface, evidence, upstream_package
 from dgr.export.branches import AppliedSeries, Branch, Stat
@@ -337,9 +337,7 @@ def context(
                     index=index,
                     commit=commit,
                     subject=patch.subject,
-                    notes=concern.notes,
-                    answers=concern.answers,
-                    drop_when=concern.drop_when,
+                    concern=concern,
                     stat=stat,
                     lines=line_counts(stat, config),
                     files=tuple(_file_groups(sorted({f.path for f in patch.files}))),
@@ -356,10 +354,7 @@ def context(
         prefix = series_checks.get(f"prefix-{done}")
         pulls.append(
             PullFacts(
-                number=number,
-                branch=branch.pull.branch,
-                title=branch.pull.title,
-                why=branch.pull.why,
+                **convert.fields_of(upstream_package.Pull, branch.pull),
                 bundle=f"PR-{number}.bundle",
                 body=f"PR-{number}.md",
                 head=branch.head,

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from dgr.contracts.locks import DebPackage
 from dgr.core import log, proc
-from dgr.core.digest import sha256_file
-from dgr.core.fs import publish_dir
+from dgr.core.fs import locked_download, publish_dir
 from dgr.core.paths import Cache
 from dgr.errors import ConfigError, IntegrityError, NetworkError
 
@@ -108,14 +107,7 @@ def fetch(cache: Cache, deb: DebPackage) -> Path:
         got = next(tmp.glob(f"{deb.package}_*.deb"), None)
         if got is None:
             raise NetworkError(f"apt-get download {spec} produced no .deb", hint=_HINT)
-        actual = sha256_file(got)
-        if actual != deb.sha256:
-            raise IntegrityError(
-                f"{got.name} from Debian {deb.suite} does not match the lock; nothing was cached",
-                expected=deb.sha256,
-                actual=actual,
-                hint="if Debian really serves a new file, review it, then update its sha256 in locks/",
-            )
+        actual = locked_download(got, deb.sha256, f"Debian {deb.suite}")
         staging = cache.downloads / f".{actual}.{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dgr.core import log, proc
 from dgr.core.digest import sha256_file
-from dgr.core.fs import publish_dir, verified_cached
+from dgr.core.fs import locked_download, publish_dir, verified_cached
 from dgr.core.paths import Cache
 from dgr.errors import ConfigError, IntegrityError, NetworkError, UpstreamError
 
@@ -92,20 +92,17 @@ def _publish(cache: Cache, item: Download, files: dict[str, Path], rejected: Pat
             actual=", ".join(sorted(files)) or "no file",
             hint="check the package name and version in the lock",
         )
-    actual = sha256_file(got)
     if item.sha256 is None:
+        actual = sha256_file(got)
         log.warn(f"{item.filename} is not in any lock: UNVERIFIED download (sha256 {actual})")
-    elif actual != item.sha256:
-        if rejected is not None:
-            rejected.mkdir(parents=True, exist_ok=True)
-            got.rename(rejected / got.name)
-        raise IntegrityError(
-            f"{item.filename} downloaded from PyPI does not match the lock; nothing was cached",
-            expected=item.sha256,
-            actual=actual,
-            hint="if PyPI really serves a new file, review it and update the sha256 in locks/; "
-            "otherwise retry (proxy or mirror corruption)",
-        )
+    else:
+        try:
+            actual = locked_download(got, item.sha256, "PyPI")
+        except IntegrityError:
+            if rejected is not None:
+                rejected.mkdir(parents=True, exist_ok=True)
+                got.rename(rejected / got.name)
+            raise
     final = cache.downloads / actual
     # a directory holding just the file, published by one rename (next to its final place)
     staging = cache.downloads / f".{actual}.{os.getpid()}"
