@@ -228,7 +228,9 @@ json worker::op_hello() {
     };
 }
 
-// the identity of a model that bundles carry: a hash of its metadata (FNV-1a over the sorted keys and values)
+// the identity of a model that bundles carry: a hash of its metadata (FNV-1a over the sorted keys and values), but
+// the keys of the files it is stored in (split.*: upstream's split files; part.*: the parts of `dgr parts`), so that a
+// range loaded from its part files and one loaded from the whole file are ranges of one model
 static std::string model_identity(const llama_model * model) {
     std::vector<std::string> entries;
     std::vector<char>        buf(1 << 16);
@@ -239,6 +241,9 @@ static std::string model_identity(const llama_model * model) {
                                   : llama_model_meta_val_str_by_index(model, i, buf.data(), buf.size());
             entry.append(buf.data(), n < 0 ? 0 : std::min<size_t>((size_t) n, buf.size() - 1));
             entry.push_back(key ? '=' : '\n');
+        }
+        if (entry.rfind("split.", 0) == 0 || entry.rfind("part.", 0) == 0) {
+            continue;
         }
         entries.push_back(entry);
     }
