@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from dgr.builds import harness, reportstore
 from dgr.builds.cmake import Compiler, Toolchain
-from dgr.contracts.report import GROUPS, Group
+from dgr.contracts.report import GROUPS, REPORT_FORMAT, Group
 from dgr.core.paths import Repo, find_repo_root
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,7 +239,7 @@ def write_report(
         for t in native
     ]
     report = {
-        "format": 2,
+        "format": REPORT_FORMAT,
         "inputs_digest": digest,
         "baseline_digest": None,
         "groups": list(groups),
@@ -264,4 +264,6 @@ def fake_toolchain(cc: str = "gcc 12.2", cxx: str = "g++ 12.2") -> Toolchain:
         "1.13.2",
         Compiler("/usr/bin/gcc", cc),
         Compiler("/usr/bin/g++", cxx),
+        Path("ccache"),
+        "4.14.2",
     )

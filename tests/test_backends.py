@@ -97,6 +97,7 @@ def test_a_deb_of_the_lock_is_checked() -> None:
             "toolchain": {
                 "cmake": "4.4.5",
                 "ninja": "1.13.2",
+                "ccache": "4.14.2",
                 "generator": "Ninja",
                 "build_type": "Release",
                 "base_targets": ["llama"],

@@ -34,7 +34,7 @@ def fake_measurements(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, digest: s
     monkeypatch.setattr(
         "dgr.sources.model.fetch_all", lambda cache, models: [tmp_path / m.file for m in models]
     )
-    keys = ("model", "hop_bytes_per_token", "in_process", "workers", "memory")
+    keys = ("model", "hop_bytes_per_token", "in_process", "workers", "memory", "parts")
     figures = {k: RESULT[k] for k in keys}
 
     def model_bench(bin_dir: Path, name: str, path: Path, *rest: Any) -> ModelBench:

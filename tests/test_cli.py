@@ -118,7 +118,47 @@ def test_options_are_not_abbreviated_and_a_bad_one_shows_its_command(
     assert main(["generate", "--spl", "0:1", "hi"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: dgr generate ")
-    assert "dgr generate: error: unrecognized arguments: --spl" in err
+    assert "dgr generate: error: unknown option --spl; did you mean `--split`?" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "prog"),
+    [
+        (["--bogus"], "dgr"),
+        (["--bogus=3"], "dgr"),
+        (["-v", "--bogus"], "dgr"),
+        (["build", "--bogus"], "dgr build"),
+        (["--bogus", "build"], "dgr build"),
+        (["status", "--json", "--bogus", "x"], "dgr status"),
+    ],
+)
+def test_an_unknown_option_is_named_before_or_after_the_command(
+    capsys: pytest.CaptureFixture[str], argv: list[str], prog: str
+) -> None:
+    """Not argparse's `the following arguments are required: COMMAND` (`dgr --bogus`): the option, exit 2,
+    with the usage of its command."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: {prog} ")
+    assert f"{prog}: error: unknown option --bogus (`{prog} --help` lists the options)" in err
+    assert "required" not in err and "Traceback" not in err
+
+
+def test_a_misplaced_option_says_where_it_goes_and_a_missing_command_is_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--json", "build"]) == 2
+    assert (
+        "dgr build: error: option --json is `dgr build`'s: it goes after the command"
+        in capsys.readouterr().err
+    )
+    assert main(["build", "-C", "/tmp"]) == 2
+    assert "dgr build: error: option -C is dgr's: it goes before the command" in capsys.readouterr().err
+    assert main(["build", "extra"]) == 2
+    assert "dgr build: error: unexpected argument(s): extra" in capsys.readouterr().err
+    for argv in ([], ["-v"]):
+        assert main(argv) == 2
+        assert "dgr: error: the following arguments are required: COMMAND" in capsys.readouterr().err
 
 
 def test_minus_c_runs_in_the_directory(

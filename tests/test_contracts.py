@@ -13,6 +13,7 @@ import pytest
 import tomli_w
 from dgr.builds import buildplan
 from dgr.builds.buildcache import MANIFEST, BuildStore
+from dgr.contracts import expectations
 from dgr.contracts.buildmanifest import (
     AppliedPatch,
     BuildInfo,
@@ -21,9 +22,11 @@ from dgr.contracts.buildmanifest import (
     ToolchainInfo,
     UpstreamInfo,
 )
-from dgr.contracts.report import GROUPS, Check, Report
+from dgr.contracts.report import GROUPS, REPORT_FORMAT, Check, Counts, Report
 from dgr.core.paths import Cache
 from dgr.errors import ConfigError
+
+from tests.helpers import ROOT
 
 
 def report(**overrides: Any) -> Report:
@@ -47,7 +50,7 @@ def test_the_report_reads_back_what_it_writes() -> None:
     written = report()
     data = json.loads(json.dumps(written.to_json()))
     assert Report.from_json(data) == written
-    assert data["passed"] is True and data["format"] == 2
+    assert data["passed"] is True and data["format"] == REPORT_FORMAT == 3
     assert written.problems("a" * 64) == []
 
 
@@ -57,14 +60,59 @@ def test_problems_name_the_digest_the_groups_and_the_failures() -> None:
     assert partial.problems("b" * 64) == [
         f"it is for the inputs {'a' * 64}, not {'b' * 64}",
         f"it does not cover the group(s) {', '.join(g for g in GROUPS if g != 'kv')} (it ran native, kv)",
+        "no check passed in the group(s) kv (0 passed, 1 failed)",
         "1 check(s) failed: kv/x",
     ]
+
+
+def test_a_report_passes_only_when_every_group_it_ran_has_a_passed_check() -> None:
+    listed = Check(
+        group="graph", name="gptj/dense", evidence="synthetic fixture", passed=False, not_compared=True
+    )
+    device = Check(group="archs", name="x", evidence="synthetic fixture", passed=False, device_failure=True)
+    upstream = Check(
+        group="upstream", name="main/t", evidence="native test", passed=False, upstream_failure=True
+    )
+    whole = report()
+    for apart in (listed, device, upstream):
+        # the group holds only a check counted apart: no pass, and `problems` names the group
+        others = tuple(c for c in whole.checks if c.group != apart.group)
+        alone = report(checks=(*others, apart))
+        assert not alone.passed and alone.counts.failed == 0
+        assert alone.groups_not_passed() == [apart.group]
+        [problem] = alone.problems("a" * 64)
+        assert problem.startswith(f"no check passed in the group(s) {apart.group} (0 passed, ")
+        assert Report.from_json(alone.to_json()) == alone  # `passed: false` reads back
+        # beside a passed check of its group, it is no failure
+        beside = report(checks=(*whole.checks, apart))
+        assert beside.passed and beside.problems("a" * 64) == []
+    assert not report(groups=(), checks=()).passed
+
+
+def test_a_check_that_compared_nothing_is_listed_apart() -> None:
+    listed = Check(group="graph", name="v", evidence="synthetic fixture", passed=False, not_compared=True)
+    assert listed.outcome == "LISTED" and not listed.failed
+    assert Counts.of([listed]) == Counts(passed=0, device_failures=0, failed=0, not_compared=1)
+    assert listed.to_json()["not_compared"] is True
+    assert "not_compared" not in Check(group="graph", name="v", evidence="real model", passed=True).to_json()
+    for other in ({"passed": True}, {"device_failure": True}, {"upstream_failure": True}):
+        with pytest.raises(ConfigError, match="compared nothing is neither a pass nor a failure"):
+            Check(
+                **{
+                    "group": "graph",
+                    "name": "v",
+                    "evidence": "real model",
+                    "passed": False,
+                    **other,
+                    "not_compared": True,
+                }
+            )
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"format": 1}, "format 1 is not 2"),
+        ({"format": 2}, "format 2 is not 3"),
         (
             {
                 "checks": [
@@ -159,3 +207,75 @@ def test_a_published_build_with_a_malformed_manifest_is_removed(
     assert store.lookup("d" * 64) is None
     assert "manifest.toml.patched.tree: missing" in capsys.readouterr().err
     assert not root.exists()
+
+
+# --------------------------------------------------------------------------- series/verify.toml
+
+
+def test_the_series_declares_what_verify_holds_it_to() -> None:
+    declared = expectations.load(ROOT)
+    assert declared.archs.certified_at_least >= 100
+    assert declared.why_upstream_fails("test-chat") is not None
+    assert declared.why_upstream_fails("test-thread-safety") is None
+    assert all(f.why.strip() for f in declared.upstream_failures.values())
+
+
+@pytest.mark.parametrize(
+    ("text", "problems"),
+    [
+        (
+            '[archs]\ncertified_at_least = 104\n[upstream_failures.test-chat]\nwhy = "x"\nwhen = "always"\n',
+            ["verify.toml.upstream_failures.test-chat: unknown key `when`"],
+        ),
+        (
+            "[archs]\ncertifed_at_least = 104\n",
+            [
+                "verify.toml.archs.certified_at_least: missing",
+                "verify.toml.archs: unknown key `certifed_at_least`; did you mean `certified_at_least`?",
+            ],
+        ),
+        (
+            "[archs]\ncertified_at_least = 0\n",
+            ["verify.toml.archs.certified_at_least: 0 is not a positive number"],
+        ),
+        ("[archs]\ncertified_at_least = true\n", ["expected an integer, found bool"]),
+        (
+            '[archs]\ncertified_at_least = 1\n[upstream_failures.test-chat]\nwhy = " "\n',
+            ["verify.toml.upstream_failures.test-chat.why: expected a non-empty string"],
+        ),
+        ("[upstream_failures]\n", ["verify.toml.archs: missing"]),
+        ("[archs\n", ["not valid TOML"]),
+    ],
+)
+def test_a_malformed_series_verify_toml_is_refused_naming_every_problem(
+    tmp_path: Path, text: str, problems: list[str]
+) -> None:
+    (tmp_path / "series").mkdir()
+    (tmp_path / "series" / "verify.toml").write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        expectations.load(tmp_path)
+    said = caught.value.render()
+    assert said.startswith("dgr: config: series/verify.toml: ")
+    for problem in problems:
+        assert problem in said, said
+    assert caught.value.exit_code == 8
+
+
+def test_a_missing_series_verify_toml_says_how_to_restore_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"series/verify\.toml: missing") as caught:
+        expectations.load(tmp_path)
+    assert caught.value.hint == "restore it with `git checkout -- series/verify.toml`"
+
+
+def test_series_verify_toml_is_part_of_the_harness(tmp_path: Path) -> None:
+    # a report judged under other declarations is stale: the harness holds the file by its SHA-256
+    from dgr.builds import harness
+    from dgr.core.paths import Repo
+
+    assert expectations.PATH in harness.current(Repo(ROOT)).files
+    assert expectations.PATH not in harness.current(Repo(tmp_path)).files
+    (tmp_path / "series").mkdir()
+    (tmp_path / "series" / "verify.toml").write_text("[archs]\ncertified_at_least = 1\n")
+    before = harness.current(Repo(tmp_path))
+    (tmp_path / "series" / "verify.toml").write_text("[archs]\ncertified_at_least = 2\n")
+    assert before.changes(harness.current(Repo(tmp_path))) == [f"changed: {expectations.PATH}"]

@@ -34,12 +34,14 @@ from typing import Any
 import pytest
 from dgr.builds import buildplan
 from dgr.contracts import locks
+from dgr.contracts.bench import BENCH_FORMAT
 from dgr.core.paths import Context, Repo
 from dgr.export import measured, upstream_package
 from dgr.git import gitops
 from dgr.series import generated
 
 from tests import helpers
+from tests.export_upstream.support import parts_figures
 from tests.helpers import ROOT, git, run_dgr
 
 pytestmark = pytest.mark.e2e
@@ -76,10 +78,19 @@ def fake_bench(digest: str, text: str, model_sha256: str) -> dict[str, Any]:
         "procs": [{"role": "range", "what": "layers [0, 30)", "peak_rss": 100 << 20}],
     }
     return {
-        "format": 2,
+        "format": BENCH_FORMAT,
         "machine": {"date": "2026-12-01T00:00:00Z", "cpu": "e2e", "cores": 2},
         "quick": True,
         "inputs_digest": digest,
+        # the measurements of every bench: bench.json is read whole (the export renders `parts` only)
+        "model": {"file": "model.gguf", "n_layer": 30, "bytes": 1 << 27},
+        "hop_bytes_per_token": 2304,
+        "in_process": [],
+        "workers": [],
+        "memory": [],
+        "parts": parts_figures(),
+        "codec": {},
+        "build": {},
         "harness": helpers.harness_json(),
         "upstream_comparison": {
             "model": {"file": "model.gguf", "sha256": model_sha256},
@@ -170,7 +181,12 @@ def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstre
     )
     for name, data in files.items():
         if name.endswith(".md"):
-            assert upstream_package.scan_package(name, data.decode(), config.deny_words) == []
+            assert (
+                upstream_package.scan_package(
+                    name, data.decode(), config.deny_words, config.upstream_identifiers
+                )
+                == []
+            )
             assert str(tmp_path) not in data.decode()
     # one stacked pull request per patch, each with its bundle and its description; the manifest covers all
     assert [p.patches for p in config.pulls] == [(p.name,) for p in plan.patches]
@@ -182,6 +198,12 @@ def test_the_package_of_the_series_builds_and_passes_its_tests_on_a_clean_upstre
         + [f"rules/{name}" for name in generated.PACKAGED]
     )
     assert files["range-diff.txt"].decode().startswith("# The series against the previous pin\n")
+    assert (
+        upstream_package.scan_range_diff(
+            "range-diff.txt", files["range-diff.txt"].decode(), config.deny_words
+        )
+        == []
+    )
     assert files["MANIFEST.sha256"].decode().splitlines() == [
         f"{hashlib.sha256(files[p]).hexdigest()}  {p}" for p in sorted(files) if p != "MANIFEST.sha256"
     ]

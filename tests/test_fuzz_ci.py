@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from dgr.cli import main
+from dgr.verify.bench import fuzz
 
 FUZZER = """
 import sys
@@ -23,15 +24,16 @@ if CRASH:
     open(prefix + "crash-0123abcd", "wb").write(b"LW")
     sys.stderr.write("==1==ERROR: AddressSanitizer: SEGV on unknown address\\n")
     sys.exit(1)
-sys.stderr.write("stat::number_of_executed_units: 4242\\nstat::average_exec_per_sec:     2121\\n")
+sys.stderr.write(f"stat::number_of_executed_units: {EXECUTIONS}\\nstat::average_exec_per_sec:     7535\\n")
 """
 
 
-def fake_clang(where: Path, crash: bool) -> None:
-    """A clang++ whose output is a fuzzer reporting as libFuzzer does (a finding when `crash`)."""
+def fake_clang(where: Path, crash: bool, executions: int = 904242) -> None:
+    """A clang++ whose output is a fuzzer reporting as libFuzzer does (a finding when `crash`), with
+    `executions` run (CI's 120 s make about 900,000)."""
     where.mkdir()
     fuzzer = where / "fuzzer"
-    fuzzer.write_text(f"#!{sys.executable}\nCRASH = {crash}\n{FUZZER}")
+    fuzzer.write_text(f"#!{sys.executable}\nCRASH = {crash}\nEXECUTIONS = {executions}\n{FUZZER}")
     clang = where / "clang++"
     clang.write_text(f'#!/bin/sh\nwhile [ "$1" != -o ]; do shift; done\ncp {fuzzer} "$2"\n')
     for script in (fuzzer, clang):
@@ -51,7 +53,8 @@ def test_fuzz_only_runs_the_harness_for_the_time_given_and_nothing_else(
     fake_clang(tmp_path / "bin", crash=False)
     assert main(["bench", "--fuzz-only", "--fuzz-seconds", "120", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["executions"] == 4242 and result["exec_per_s"] == 2121
+    assert result["executions"] == 904242 and result["exec_per_s"] == 7535
+    assert result["executions_required"] == fuzz.MIN_EXECUTIONS == 100_000
     assert result["crashes"] == 0 and result["seconds_requested"] == 120
     args = (fuzzing / "fuzz_decoders.args").read_text().split("\n")
     assert "-max_total_time=120" in args and not any(a.startswith("-runs=") for a in args)
@@ -79,3 +82,24 @@ def test_without_a_time_limit_the_runs_are_the_limit(fuzzing: Path, tmp_path: Pa
     assert main(["bench", "--fuzz-only", "--fuzz-runs", "10", "--fuzz-seconds", "3"]) == 0
     args = (fuzzing / "fuzz_decoders.args").read_text().split("\n")
     assert "-runs=10" in args and "-max_total_time=3" in args
+
+
+def test_a_run_of_too_few_executions_fails_naming_the_count_and_the_minimum(
+    fuzzing: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # libFuzzer exits 0 having run nothing (a corpus it cannot read, a harness that returns at once)
+    fake_clang(tmp_path / "bin", crash=False, executions=0)
+    assert main(["bench", "--fuzz-only", "--fuzz-seconds", "120"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "dgr: bench: the fuzzer ran 0 executions, fewer than the minimum of 100,000: too few to pass" in err
+    )
+    assert "actual:   0 in " in err and "libFuzzer exit 0" in err
+
+
+def test_runs_asked_below_the_minimum_are_their_own_minimum(fuzzing: Path, tmp_path: Path) -> None:
+    fake_clang(tmp_path / "bin", crash=False, executions=10_000)
+    assert main(["bench", "--fuzz-only", "--fuzz-runs", "10000"]) == 0
+    assert main(["bench", "--fuzz-only", "--fuzz-runs", "10001"]) == 1
+    assert main(["bench", "--fuzz-only", "--fuzz-seconds", "60"]) == 1
+    assert fuzz.required_executions(None) == fuzz.required_executions(10**9) == fuzz.MIN_EXECUTIONS

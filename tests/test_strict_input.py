@@ -1,25 +1,38 @@
 """The one strict decoder (dgr.contracts.convert) on every schema: a misspelt key in a copy of each lock,
 in upstream-package/package.toml and in a verify report is refused, naming the file, the key and the known
-key closest to it; every committed lock and JSON document still reads."""
+key closest to it; every committed lock and JSON document still reads. Under every JSON document, the one
+strict JSON decoder (dgr.core.jsonio): a key twice, NaN and Infinity refused, through the real readers (the
+report store, bench.json as `dgr status` reads it)."""
 
 from __future__ import annotations
 
+import ast
+import io
 import json
 import re
 import shutil
+import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from dgr.builds import buildplan, reportstore
+from dgr.builds import buildplan, harness, reportstore
 from dgr.cli import main
 from dgr.contracts import locks
-from dgr.contracts.bench import BenchResult
+from dgr.contracts.bench import TARGETS, BenchResult
 from dgr.contracts.report import ALL_GROUPS, GROUPS
+from dgr.core import jsonio
 from dgr.core.paths import Context, Repo
-from dgr.errors import ConfigError
+from dgr.errors import ConfigError, VerifyError
+from dgr.export import measured
 from dgr.export.upstream_package import load_config
 from dgr.series import generated
+from dgr.verify.wire import bundle, frames
+from dgr.verify.wire.bundle import BundleError
+from dgr.verify.wire.frames import FrameError
 
+from tests.export_upstream.support import bench_data
 from tests.helpers import ROOT, write_report
 
 PORT = "llama-cpp-python-0.3.35"
@@ -156,7 +169,7 @@ def test_a_misspelt_key_in_a_verify_report_is_refused(repo: Path, capsys: pytest
 
 
 def test_a_misspelt_key_in_a_bench_result_is_refused() -> None:
-    data = json.loads((ROOT / "docs" / "bench" / "bench.json").read_text())
+    data = bench_data("d" * 64)  # the committed docs/bench/bench.json may be of an older format
     data["machine"]["cpuz"] = data["machine"].pop("cpu")
     with pytest.raises(ConfigError) as info:
         BenchResult.from_json(data)
@@ -176,3 +189,154 @@ def test_a_misspelt_key_in_the_rules_file_is_refused(tmp_path: Path) -> None:
     assert "series/rules/rules.toml.generated[0]: unknown key `rulle`; did you mean `rule`?" in (
         info.value.detail or ""
     )
+
+
+# the strict JSON decoder (dgr.core.jsonio), under every JSON read: a key twice, NaN and Infinity refused
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"checks": [{"passed": false, "passed": true}]}', "f.json.checks[0]: duplicate key `passed`"),
+        ('{"figures": {"ratio": NaN}}', "f.json.figures.ratio: NaN is refused"),
+        ('{"figures": [1.0, Infinity]}', "f.json.figures[1]: Infinity is refused"),
+        ('{"figures": {"low": -Infinity}}', "f.json.figures.low: -Infinity is refused"),
+        ('{"figures": {"big": 1e400}}', "f.json.figures.big: 1e400 is out of the range of a number"),
+        ('{"passed": true,}', "f.json is not JSON: "),
+    ],
+)
+def test_the_json_decoder_refuses_a_key_twice_nan_and_infinity_naming_where(text: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        jsonio.loads(text, "f.json")
+    assert info.value.exit_code == 8 and problem in info.value.what
+    assert jsonio.loads('{"passed": true, "figures": {"ratio": 0.5, "n": [1, 2e3]}}', "f.json") == {
+        "passed": True,
+        "figures": {"ratio": 0.5, "n": [1, 2000.0]},
+    }
+
+
+def test_every_json_read_of_the_package_goes_through_the_strict_decoder() -> None:
+    """No module but dgr.core.jsonio calls `json.load`/`json.loads` or makes a JSONDecoder (read with `ast`):
+    a new reader cannot take the lenient path."""
+    found = []
+    for path in sorted((ROOT / "builder" / "dgr").rglob("*.py")):
+        if path == ROOT / "builder" / "dgr" / "core" / "jsonio.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "json":
+                found += [f"{path}:{node.lineno}: from json import {a.name}" for a in node.names]
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "json"
+                and node.attr in ("load", "loads", "JSONDecoder")
+            ):
+                found.append(f"{path}:{node.lineno}: json.{node.attr}")
+    assert found == []
+
+
+def test_the_worker_protocol_keeps_its_own_error_for_a_key_twice() -> None:
+    """A frame or a bundle header with a key twice is the protocol's error (exit 13 through the client), not a
+    config error: the wire keeps its classes."""
+    header = b'{"id":1,"op":"decode","op":"hello"}'
+    with pytest.raises(FrameError, match="frame header: duplicate key `op`"):
+        frames.read(io.BytesIO(frames.PREFIX.pack(frames.MAGIC, len(header), 0) + header))
+    text = b'{"__metadata__":{"format":"layer-bundle","format":"layer-bundle"}}'
+    with pytest.raises(BundleError, match=re.escape("header.__metadata__: duplicate key `format`")):
+        bundle.decode(struct.pack("<Q", len(text)) + text)
+
+
+def strict_problems(text: str, flag: str, nan: str, infinity: str) -> list[tuple[str, str, str]]:
+    """(what, `text` with it, the problem named) for a key twice (the first `"<flag>": true` preceded by
+    `"<flag>": false`), NaN (for the first number of the key `nan`) and Infinity (of the key `infinity`)."""
+    cases = [
+        ("a key twice", text.replace(f'"{flag}": true', f'"{flag}": false, "{flag}": true', 1), f"`{flag}`"),
+        ("NaN", re.sub(rf'"{nan}": [-0-9.e]+', f'"{nan}": NaN', text, count=1), f"{nan}: NaN is refused"),
+        (
+            "Infinity",
+            re.sub(rf'"{infinity}": [-0-9.e]+', f'"{infinity}": Infinity', text, count=1),
+            f"{infinity}: Infinity is refused",
+        ),
+    ]
+    assert all(changed != text for _, changed, _ in cases)
+    return cases
+
+
+def test_a_report_with_a_key_twice_nan_or_infinity_is_no_pass(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`"passed": false, "passed": true` in a stored verify report: read by the report store (status,
+    export-upstream, pin) it is no report, where `json.loads` read it as passed; so are NaN and Infinity."""
+    digest = buildplan.plan(Context.discover(), buildplan.Request()).digest
+    path = write_report(digest)
+    text = path.read_text()
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verify"].startswith("passed: ")
+    where = {
+        "a key twice": f"{path}: duplicate key `passed`",
+        "NaN": f"{path}.checks[0].figures.max_abs_diff: NaN is refused",
+        "Infinity": f"{path}.checks[0].figures.ratio: Infinity is refused",
+    }
+    for what, broken, problem in strict_problems(text, "passed", "max_abs_diff", "ratio"):
+        path.write_text(broken)
+        assert main(["status", "--json"]) == 0, what
+        verify = json.loads(capsys.readouterr().out)["verify"]
+        assert verify.startswith(f"missing: {path} is not a verify report: {where[what]}"), what
+        assert problem in verify, what
+        with pytest.raises(VerifyError, match=re.escape(where[what])):
+            reportstore.load_passing(Context.discover().cache, digest, harness.current(Repo(repo)))
+
+
+def write_bench(data: dict[str, Any] | str) -> Path:
+    """bench.json where `dgr status` and `export-upstream` look for the current inputs' full bench."""
+    ctx = Context.discover()
+    path = measured.full_result(ctx.cache, buildplan.plan(ctx, buildplan.Request()).digest)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data, indent=2))
+    return path
+
+
+BENCH_REFUSALS: list[tuple[str, Callable[[dict[str, Any]], dict[str, Any]], str]] = [
+    ("an unknown key", lambda d: d | {"verdict": "every target met"}, ": unknown key `verdict`"),
+    (
+        "a summary saying every target is met",
+        lambda d: (
+            d | {"summary": {"targets": dict(TARGETS), "worst": {}, "met": dict.fromkeys(TARGETS, True)}}
+        ),
+        ": `summary` is not the one its measurements give",
+    ),
+    ("workers as a string", lambda d: d | {"workers": "5"}, ".workers: expected a list, found str"),
+]
+
+
+@pytest.mark.parametrize(("what", "change", "problem"), BENCH_REFUSALS, ids=[r[0] for r in BENCH_REFUSALS])
+def test_status_refuses_a_bench_json_that_is_no_bench_result(
+    repo: Path,
+    capsys: pytest.CaptureFixture[str],
+    what: str,
+    change: Callable[[dict[str, Any]], dict[str, Any]],
+    problem: str,
+) -> None:
+    """bench.json is read whole, as BenchResult (the export reads it so too: tests/export_upstream), not
+    with `.get` of the keys the export renders: exit 8 naming the file and the key."""
+    path = write_bench(bench_data(buildplan.plan(Context.discover(), buildplan.Request()).digest))
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bench"] == "current (`dgr bench --rpc` of these inputs)"
+    write_bench(change(json.loads(path.read_text())))
+    assert main(["status"]) == 8
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"dgr: config: not a bench result of `dgr bench`: {path}{problem}" in err
+
+
+def test_status_refuses_a_bench_json_with_a_key_twice_nan_or_infinity(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = json.dumps(bench_data(buildplan.plan(Context.discover(), buildplan.Request()).digest), indent=2)
+    for what, broken, problem in strict_problems(text, "same_output", "decode_tps", "prefill_tps"):
+        path = write_bench(broken)
+        assert main(["status"]) == 8, what
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, what
+        assert f"dgr: config: not a bench result of `dgr bench`: {path}.rpc.rows[0]" in err, what
+        assert problem in err, what

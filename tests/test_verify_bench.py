@@ -42,6 +42,44 @@ def memory_row(begin: int, end: int, fraction: float) -> dict[str, Any]:
     }
 
 
+def parts_row(begin: int, end: int, part_mib: int, load: float) -> dict[str, Any]:
+    """A range from its parts against from the whole file: `part_mib` MiB stored, loads/s ratio `load`."""
+    return {
+        "layers": [begin, end],
+        "files": end - begin + 2,
+        "part_bytes": part_mib * 2**20,
+        "load_whole_s": 0.1,
+        "load_parts_s": 0.1 / load,
+        "load": paired(load),
+        "peak_rss_whole_mmap": 60 * 2**20,
+        "peak_rss_parts_mmap": 61 * 2**20,
+        "peak_rss_whole_no_mmap": 80 * 2**20,
+        "peak_rss_parts_no_mmap": 81 * 2**20,
+    }
+
+
+def from_parts(whole_mib: int = 128) -> dict[str, Any]:
+    """The figures of a 30-layer model of `whole_mib` MiB from its parts, at 2 and 3 ranges."""
+    return {
+        "files": 33,
+        "whole_bytes": whole_mib * 2**20,
+        "rounds": 7,
+        "prefill_tokens": 64,
+        "n_ctx": 1024,
+        "splits": [
+            {"shards": 2, "ranges": [parts_row(0, 15, 70, 1.01), parts_row(15, 30, 72, 0.99)]},
+            {
+                "shards": 3,
+                "ranges": [
+                    parts_row(0, 10, 50, 1.0),
+                    parts_row(10, 20, 23, 1.02),
+                    parts_row(20, 30, 52, 0.98),
+                ],
+            },
+        ],
+    }
+
+
 def codec(gbps: float, ratio: float) -> dict[str, Any]:
     return {
         "bytes": 1179648,
@@ -66,7 +104,7 @@ def parts(step_ms: float, process_ms: float) -> dict[str, Any]:
 
 
 RESULT: dict[str, Any] = {
-    "format": 2,
+    "format": BENCH_FORMAT,
     "machine": {"date": "2026-11-30T00:00:00Z", "cpu": "test cpu", "cores": 2, "platform": "", "python": ""},
     "quick": False,
     "inputs_digest": "d" * 64,
@@ -109,6 +147,7 @@ RESULT: dict[str, Any] = {
         for k in (2, 3)
     ],
     "memory": [memory_row(0, 30, 1.0), memory_row(10, 20, 0.38)],
+    "parts": from_parts(),
     "codec": {"cpp": codec(5.0, 0.625), "python": codec(2.0, 0.25)},
     "build": {"noop_dgr_s": 0.2, "noop_ninja_s": 0.05, "noop_ratio": 4.0},
 }
@@ -192,10 +231,52 @@ def test_a_worker_timing_of_other_requests_than_the_steps_is_refused() -> None:
         split._parts({"n_requests": 3}, 0.015, 3)
 
 
-def test_an_older_result_is_refused_saying_to_rerun_the_bench() -> None:
-    old = json.loads(json.dumps(RESULT)) | {"format": 1}
-    with pytest.raises(ConfigError, match=r"format 1 is not 2: made by an older dgr.*rerun `dgr bench`"):
+@pytest.mark.parametrize(
+    ("fmt", "lacks"),
+    [(1, "best-of ratios, perplexity compared as text"), (2, "no figures from the parts of the models")],
+)
+def test_an_older_result_is_refused_saying_to_rerun_the_bench(fmt: int, lacks: str) -> None:
+    old = json.loads(json.dumps(RESULT)) | {"format": fmt}
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(f"format {fmt} is not 3: made by an older dgr ({lacks}); rerun `dgr bench`"),
+    ):
         BenchResult.from_json(old)
+
+
+def test_the_figures_from_the_parts_are_read_back_and_reported() -> None:
+    """Each model's ranges from its parts against from the whole file (`parts`) read back as written, and the
+    report shows per range the bytes stored against the whole file, the loads in paired rounds and the
+    peak RSS, mmap on and off, from each."""
+    result = BenchResult.from_json(with_models(gemma3=GEMMA))
+    assert result.parts.splits[1].ranges[1].layers == (10, 20)
+    assert result.models["gemma3"].parts.whole_bytes == 256 * 2**20
+    assert result.to_json()["parts"] == RESULT["parts"]
+    text = report.report_text(result)
+    assert text.count("each range from its parts (only the files it needs) against from the whole file") == 2
+    assert "(128.0 MiB, what every machine stores without the parts)" in text
+    assert "the fastest of 7 paired rounds of each" in text
+    assert "after a 64-token prefill (n_ctx 1024), mmap on and off" in text
+    assert (
+        "| 3 | [10, 20) | 12 of 33 | 23.0 MiB | 0.18 | 0.100 s | 0.098 s | 1.020 (1.010-1.040, best 1.025) | "
+        "60.0 MiB | 61.0 MiB | 80.0 MiB | 81.0 MiB |"
+    ) in text
+    assert "| 3 | [10, 20) | 12 of 33 | 23.0 MiB | 0.09 |" in text  # gemma3's, of its 256 MiB
+    # beside the memory table of each model, before the next model's tables
+    smollm2 = text.split("## gemma3")[0]
+    assert smollm2.index("memory per range") < smollm2.index("each range from its parts")
+    assert "each range from its parts" in report.figures_md(result)
+
+
+def test_a_result_without_the_figures_from_the_parts_is_refused() -> None:
+    """A result of this format without `parts`, for the default model or another, is no bench result."""
+    data = json.loads(json.dumps(RESULT))
+    del data["parts"]
+    with pytest.raises(ConfigError, match=r"bench result\.parts: missing"):
+        BenchResult.from_json(data)
+    gemma = {k: v for k, v in GEMMA.items() if k != "parts"}
+    with pytest.raises(ConfigError, match=r"bench result\.models\.gemma3\.parts: missing"):
+        BenchResult.from_json(with_models(gemma3=gemma))
 
 
 COMMITTED = json.loads((ROOT / "docs" / "bench" / "bench.json").read_text())
@@ -255,7 +336,23 @@ def test_the_committed_figures_are_the_ones_of_the_committed_bench_json() -> Non
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
-        (("format",), 3, "format 3 is not 2: made by a newer dgr"),
+        (("format",), 4, "format 4 is not 3: made by a newer dgr"),
+        (("parts",), [], "bench result.parts: expected an object, found list"),
+        (("parts", "splits"), [], "bench result.parts: `splits` is empty"),
+        (("parts", "splits", 0, "ranges"), [], "bench result.parts.splits[0]: `ranges` is empty"),
+        (("parts", "whole_bytes"), 1.5, "parts.whole_bytes: expected an integer, found float"),
+        (("parts", "splits", 0, "ranges", 0, "layers"), [0], "`layers` must be [begin, end]"),
+        (
+            ("parts", "splits", 0, "ranges", 0, "load"),
+            1.01,
+            "ranges[0].load: expected an object, found float",
+        ),
+        (
+            ("parts", "splits", 0, "ranges", 0, "peak_rss_parts_mmap"),
+            "61 MiB",
+            "ranges[0].peak_rss_parts_mmap: expected an integer, found str",
+        ),
+        (("parts", "splits", 0, "ranges", 0, "stored"), 1, "ranges[0]: unknown key `stored`"),
         (("workers", 0, "decode", "ratio"), 0.9, "ratio: expected an object, found float"),
         (("workers", 0, "decode", "ratio", "median"), "fast", "median: expected a number, found str"),
         (("memory", 0, "layers"), [0], "`layers` must be [begin, end]"),
@@ -291,6 +388,7 @@ GEMMA: dict[str, Any] = {
     "in_process": RESULT["in_process"],
     "workers": RESULT["workers"],
     "memory": [memory_row(0, 18, 1.0), memory_row(6, 12, 0.27)],
+    "parts": from_parts(256),
     "chart": "/tmp/memory-gemma3.png",
 }
 
@@ -398,8 +496,9 @@ def test_a_forwarding_chain_that_decodes_other_tokens_fails_the_bench() -> None:
 
 def test_ranges_against_rpc_is_met_only_when_every_paired_median_is_at_least_one() -> None:
     """The `ranges_vs_rpc` target of the committed `--rpc` bench: the worst median of ranges / RPC over
-    prefill and decode at every number of processes; with every median raised to 1.01 it is met."""
-    data = {k: v for k, v in COMMITTED.items() if k != "summary"}
+    prefill and decode at every number of processes; with every median raised to 1.01 it is met. (Its `rpc`
+    in the fixed result: the committed result may be of an older format.)"""
+    data = json.loads(json.dumps(RESULT)) | {"rpc": COMMITTED["rpc"]}
     result = BenchResult.from_json(data)
     assert result.rpc is not None and len(result.rpc.paired) == 2
     medians = [m for p in result.rpc.paired for m in (p.prefill.median, p.decode.median)]

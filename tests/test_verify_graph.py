@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dgr.contracts.report import Counts, Report
 from dgr.errors import VerifyError
 from dgr.verify.checks import graph
 
@@ -100,6 +101,11 @@ def test_the_list_is_parsed() -> None:
 
 def test_equal_graphs_pass_and_an_architecture_built_by_neither_tree_is_listed() -> None:
     checks = by_name(OUTPUT)
+    # built in neither tree, with the same error: compared nothing, so it is listed, neither passed nor failed
+    gptj = checks.pop("gptj/dense")
+    assert gptj.not_compared and not gptj.passed and not gptj.failed and gptj.outcome == "LISTED"
+    assert gptj.detail == f"built in neither tree, with the same error: {GPTJ_ERROR}"
+    assert Counts.of([gptj, *checks.values()]).text() == "3 passed, 1 not compared (listed), 0 failed"
     assert all(c.passed for c in checks.values()), [c.detail for c in checks.values() if not c.passed]
     assert checks["llama/dense"].figures["equal"] is True
     assert checks["llama/dense"].figures["n_nodes"]["pp"] == {"patched": len(PP_OPS), "baseline": len(PP_OPS)}
@@ -156,10 +162,20 @@ def test_the_same_failure_at_another_line_is_the_same_and_another_failure_is_not
         GPTJ_ERROR, "crashed (exit code -6): /src/src/llama-model-loader.cpp:1377: GGML_ASSERT(x) failed"
     )
     moved = upstream.replace(".cpp:1377:", ".cpp:1391:")
-    assert by_name(moved, baseline=upstream)["gptj/dense"].passed
+    assert by_name(moved, baseline=upstream)["gptj/dense"].not_compared
     other = upstream.replace("GGML_ASSERT(x)", "GGML_ASSERT(y)")
     gptj = by_name(other, baseline=upstream)["gptj/dense"]
-    assert not gptj.passed and "fails differently" in gptj.detail
+    assert gptj.failed and not gptj.not_compared and "fails differently" in gptj.detail
+
+
+def test_a_graph_group_that_compared_nothing_is_no_pass() -> None:
+    # every variant built in neither tree: listed only, and the check of the whole group fails
+    only_gptj = "\n".join(failing("gptj", "dense", GPTJ_ERROR))
+    checks = graph.checks(run_of(only_gptj, ("gptj/dense",)), run_of(only_gptj, ("gptj/dense",)))
+    assert [c.outcome for c in checks] == ["LISTED", "FAIL"]
+    assert "no architecture variant was built in both trees" in checks[-1].detail
+    report = Report(inputs_digest="d" * 64, baseline_digest=None, groups=("graph",), checks=tuple(checks[:1]))
+    assert not report.passed
 
 
 def test_different_models_are_not_compared() -> None:

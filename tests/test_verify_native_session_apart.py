@@ -35,6 +35,7 @@ def test_the_session_does_not_import_native_nor_load_a_group() -> None:
 def test_native_imports_only_the_session_types() -> None:
     assert {n for n in _named("native") if n.startswith("dgr.verify.checks.")} <= {
         "dgr.verify.checks.session",
+        "dgr.verify.checks.session.Built",
         "dgr.verify.checks.session.GroupSpec",
         "dgr.verify.checks.session.Session",
         "dgr.verify.checks.testrun",

@@ -89,6 +89,52 @@ def test_progress_counts_device_failures_apart() -> None:
     )
 
 
+def test_device_failures_alone_are_no_pass() -> None:
+    alone = [c for c in MIXED if c.device_failure]
+    assert not report(alone).passed
+    assert report(alone).problems("d" * 64, ("archs",)) == [
+        "no check passed in the group(s) archs (0 passed, 1 device failure (driver), 0 failed)"
+    ]
+    assert Progress(("archs",)).line("archs", alone, 1.0) == (
+        "[1] FAIL archs (0 passed, 1 device failure (driver), 0 failed, 1.0 s)"
+    )
+    assert "no check passed in the group(s) archs: not a pass" in table(alone)
+    assert "no check passed" not in table(MIXED)
+
+
+LISTED = Check(
+    group="graph",
+    name="gptj/dense",
+    evidence="synthetic fixture",
+    passed=False,
+    not_compared=True,
+    detail="built in neither tree, with the same error: unknown model architecture: 'gptj'",
+)
+
+
+def test_a_check_that_compared_nothing_is_listed_in_the_table_and_skipped_in_junit() -> None:
+    checks = [*MIXED, LISTED]
+    shown = table(checks)
+    assert "LISTED          graph/gptj/dense" in shown
+    assert "\nLISTED graph/gptj/dense:\n  built in neither tree" in shown
+    assert shown.splitlines()[-1] == "2 passed, 1 device failure (driver), 1 not compared (listed), 0 failed"
+    suite = ET.fromstring(junit_xml(checks))
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
+        "4",
+        "0",
+        "1",
+        "1",
+    )
+    case = next(c for c in suite.iter("testcase") if c.get("name") == "gptj/dense")
+    skipped = case.find("skipped")
+    assert skipped is not None and skipped.get("type") == "not-compared"
+    assert (skipped.get("message") or "").startswith("built in neither tree")
+    # a run of listed checks alone compared nothing: it is no pass
+    assert Progress(("graph",)).line("graph", [LISTED], 1.0) == (
+        "[1] FAIL graph (0 passed, 1 not compared (listed), 0 failed, 1.0 s)"
+    )
+
+
 def test_a_conformance_part_with_no_check_fails(tmp_path: Path) -> None:
     worker = tmp_path / "layer-worker"
     worker.write_text("")
@@ -99,3 +145,30 @@ def test_a_conformance_part_with_no_check_fails(tmp_path: Path) -> None:
         session.Session(env, tmp_path / "ctest", None, None, lambda k: None)  # type: ignore[arg-type]
     )
     assert [(c.id, c.passed) for c in ran] == [("kv/fixtures", False), ("kv/m", False)]
+
+
+def test_a_check_a_native_test_skipped_is_listed_not_passed() -> None:
+    from dgr.verify.checks import native, series
+    from dgr.verify.checks.native import CaseResult
+    from dgr.verify.checks.testrun import TestRun
+
+    case = CaseResult(
+        "test-llama-archs-layer-ranges",
+        True,
+        "run",
+        1.0,
+        "|llama|Dense|\n"
+        "test_layer_range_files: SKIPPED: mlock of [0, 1) not checked: RLIMIT_MEMLOCK is low\n",
+    )
+    (skip,) = native.skipped(case)
+    assert (skip.name, skip.outcome, skip.detail) == (
+        "test-llama-archs-layer-ranges/skipped-1",
+        "LISTED",
+        "skipped: mlock of [0, 1) not checked: RLIMIT_MEMLOCK is low",
+    )
+    assert native.skipped(CaseResult("t", True, "run", 1.0, "no SKIPPED: here\n")) == []
+    # a prefix whose test passed with a check skipped passes, and names the skip
+    passed = Check(group="native", name=case.name, evidence="native test", passed=True)
+    check = series.prefix_check(4, ["a.patch"], "d" * 64, TestRun([passed, skip]), (case.name,))
+    assert check.passed and check.figures["skipped"] == [skip.detail]
+    assert Counts.of([passed, skip]) == Counts(passed=1, device_failures=0, failed=0, not_compared=1)

@@ -11,11 +11,13 @@ import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from dgr.builds import artifacts, buildplan
 from dgr.builds.cmake import CMakeProject
+from dgr.contracts.expectations import ArchsFloor, Expectations, UpstreamFailure
 from dgr.contracts.report import Check, Counts, Report
 from dgr.core.paths import Context
 from dgr.errors import BuildError, ConfigError, VerifyError
@@ -56,8 +58,14 @@ def by_name(checks: list[Check]) -> dict[str, Check]:
     return {c.name: c for c in checks}
 
 
+WHY = "downloads from ggml.ai: the network is unreachable here"
+DECLARED = Expectations(
+    archs=ArchsFloor(certified_at_least=1), upstream_failures={"test-arg-parser": UpstreamFailure(why=WHY)}
+)
+
+
 def test_compare_judges_each_test_by_both_sides() -> None:
-    got = by_name(upstream.compare("main", "native test", BASELINE, PATCHED))
+    got = by_name(upstream.compare("main", "native test", BASELINE, PATCHED, DECLARED.why_upstream_fails))
     assert sorted(got) == sorted(f"main/{n}" for n in BASELINE.keys() | PATCHED.keys())
     outcome = {name: c.outcome for name, c in got.items()}
     assert outcome == {
@@ -66,7 +74,8 @@ def test_compare_judges_each_test_by_both_sides() -> None:
         "main/test-arg-parser": "FAILS UPSTREAM TOO",
         "main/test-fixed": "PASS",
         "main/test-dropped": "FAIL",
-        "main/test-dropped-broken": "FAILS UPSTREAM TOO",
+        # fails on the baseline, the patched build lacks it, and the series does not declare it
+        "main/test-dropped-broken": "FAIL",
         "main/test-added": "PASS",
         "main/test-added-broken": "FAIL",
     }
@@ -76,13 +85,21 @@ def test_compare_judges_each_test_by_both_sides() -> None:
     assert figures["main/test-added-broken"] == ("absent", "notrun")
     assert "assertion failed at llama.cpp:12" in got["main/test-regressed"].detail
     assert "could not download" in got["main/test-arg-parser"].detail
+    assert f"declared in series/verify.toml: {WHY}" in got["main/test-arg-parser"].detail
+    undeclared = "series/verify.toml does not declare that it may fail here: add [upstream_failures.{}]"
+    assert undeclared.format("test-dropped-broken") in got["main/test-dropped-broken"].detail
     assert "the series lost it" in got["main/test-dropped"].detail
     assert "only the patched build" in got["main/test-added"].detail
 
 
+def declares(*tests: str) -> Callable[[str], str | None]:
+    return lambda test: "it cannot pass here" if test in tests else None
+
+
 def test_a_failure_on_upstream_too_is_counted_apart_and_fails_no_report() -> None:
-    checks = upstream.compare("main", "native test", {"t": case("t", False)}, {"t": case("t", False)})
-    checks += upstream.compare("main", "native test", {"u": case("u", True)}, {"u": case("u", True)})
+    t, u = {"t": case("t", False)}, {"u": case("u", True)}
+    checks = upstream.compare("main", "native test", t, t, declares("t"))
+    checks += upstream.compare("main", "native test", u, u, declares("t"))
     assert Counts.of(checks) == Counts(passed=1, device_failures=0, failed=0, upstream_failures=1)
     assert Counts.of(checks).text() == "1 passed, 1 failing on upstream too, 0 failed"
     assert table(checks).splitlines()[-1] == "1 passed, 1 failing on upstream too, 0 failed"
@@ -99,10 +116,34 @@ def test_a_failure_on_upstream_too_is_counted_apart_and_fails_no_report() -> Non
         "[2] PASS upstream (1 passed, 1 failing on upstream too, 0 failed, 1.0 s)"
     )
     # a regression beside it still fails the run
-    regressed = upstream.compare("main", "native test", {"r": case("r", True)}, {"r": case("r", False)})
+    regressed = upstream.compare(
+        "main", "native test", {"r": case("r", True)}, {"r": case("r", False)}, declares()
+    )
     assert not Report(
         inputs_digest="d" * 64, baseline_digest=None, groups=("upstream",), checks=(*checks, *regressed)
     ).passed
+
+
+def test_a_test_failing_on_both_builds_that_the_series_does_not_declare_fails() -> None:
+    both = {"t": case("t", False, output="no network")}
+    [undeclared] = upstream.compare("main", "native test", both, both, declares("other"))
+    assert undeclared.failed and not undeclared.upstream_failure and undeclared.outcome == "FAIL"
+    assert "fails on the unpatched baseline (fail); it fails on the patched build too;" in undeclared.detail
+    assert "no network" in undeclared.detail
+
+
+def test_a_group_of_failures_on_upstream_too_only_is_no_pass() -> None:
+    both = {"t": case("t", False), "v": case("v", False)}
+    checks = upstream.compare("main", "native test", both, both, declares("t", "v"))
+    assert Counts.of(checks) == Counts(passed=0, device_failures=0, failed=0, upstream_failures=2)
+    report = Report(inputs_digest="d" * 64, baseline_digest=None, groups=("upstream",), checks=tuple(checks))
+    assert not report.passed
+    assert report.problems("d" * 64, ("upstream",)) == [
+        "no check passed in the group(s) upstream (0 passed, 2 failing on upstream too, 0 failed)"
+    ]
+    assert Progress(("upstream",)).line("upstream", checks, 1.0) == (
+        "[2] FAIL upstream (0 passed, 2 failing on upstream too, 0 failed, 1.0 s)"
+    )
 
 
 def test_a_failure_on_upstream_too_is_neither_a_pass_nor_a_device_failure() -> None:
@@ -210,18 +251,34 @@ import json, os, sys
 from pathlib import Path
 args = sys.argv[1:]
 build = Path(args[args.index("--test-dir") + 1]) if "--test-dir" in args else Path.cwd()
+# cases.json: the cases of each label ({{label: {{test: status}}}}); else one passing test per label
+def cases_of(label):
+    if (build / "cases.json").exists():
+        return json.loads((build / "cases.json").read_text()).get(label, {{}})
+    return {{"t-" + label: "run"}}
 if "--show-only=json-v1" in args:
-    print(json.dumps({{"tests": [{{"name": "test-download-model",
-        "command": ["cmake", "-DDEST=" + str(build / "tinyllamas" / "m.gguf")]}}]}}))
+    # with -L: the tests of that label; without: the download fixture and the test that sets up `models`,
+    # which test-s requires
+    names = list(cases_of(args[args.index("-L") + 1])) if "-L" in args else []
+    tests = [{{"name": n}} for n in names] or [
+        {{"name": "test-download-model",
+          "command": ["cmake", "-DDEST=" + str(build / "tinyllamas" / "m.gguf")],
+          "properties": [{{"name": "FIXTURES_SETUP", "value": ["download"]}}]}},
+        {{"name": "test-setup", "properties": [{{"name": "FIXTURES_SETUP", "value": ["models"]}}]}},
+        {{"name": "test-s",
+          "properties": [{{"name": "FIXTURES_REQUIRED", "value": ["models", "download"]}}]}},
+    ]
+    print(json.dumps({{"tests": tests}}))
     sys.exit(0)
 with open(build / "calls.jsonl", "a") as log:
     log.write(json.dumps({{"args": args, "model": os.environ.get("LLAMACPP_TEST_MODELFILE"),
         "dest": os.path.realpath(build / "tinyllamas" / "m.gguf")}}) + "\\n")
 label = args[args.index("-L") + 1]
 junit = args[args.index("--output-junit") + 1]
-# cases.json: the cases of each label ({{label: {{test: status}}}}); else one passing test
-cases = (json.loads((build / "cases.json").read_text()).get(label, {{}}) if (build / "cases.json").exists()
-    else {{"t-" + label: "run"}})
+cases = cases_of(label)
+if "-R" in args:
+    import re
+    cases = {{n: s for n, s in cases.items() if re.search(args[args.index("-R") + 1], n)}}
 Path(junit).write_text("<testsuite>" + "".join(
     f'<testcase name="{{n}}" status="{{s}}" time="1"><system-out>{{n}} said {{s}}</system-out></testcase>'
     for n, s in cases.items()) + "</testsuite>")
@@ -270,8 +327,11 @@ def test_run_side_refuses_a_build_dir_without_tests(tmp_path: Path) -> None:
 def test_the_group_compares_the_baseline_with_the_patched_build_per_suite(tmp_path: Path) -> None:
     dirs = {}
     cases = {
-        True: {"main": {"test-a": "run", "test-b": "run", "test-c": "fail"}, "model": {"test-m": "run"}},
-        False: {"main": {"test-a": "run", "test-b": "fail", "test-c": "fail"}, "model": {}},
+        True: {
+            "main": {"test-a": "run", "test-b": "run", "test-c": "fail", "test-d": "fail"},
+            "model": {"test-m": "run"},
+        },
+        False: {"main": {"test-a": "run", "test-b": "fail", "test-c": "fail", "test-d": "fail"}, "model": {}},
     }
     for baseline in (True, False):
         dirs[baseline] = tmp_path / ("baseline" if baseline else "patched")
@@ -281,20 +341,53 @@ def test_the_group_compares_the_baseline_with_the_patched_build_per_suite(tmp_pa
     inv = Inventory(tmp_path / "m.gguf", "llama", 2, 8, {"blk.0.attn_q.weight": 64})
     inv.path.write_bytes(b"GGUF")
     env = Env(worker=tmp_path / "w", models=(RealModel("smollm2", inv.path, inv),), fixtures=tmp_path)
-    asked: list[bool] = []
+    asked: list[tuple[bool, tuple[str, ...] | None]] = []
 
-    def work_build(baseline: bool) -> Path:
-        asked.append(baseline)
+    def work_build(baseline: bool, only: tuple[str, ...] | None = None) -> Path:
+        asked.append((baseline, only))
         return dirs[baseline]
 
-    run = Session(env, fake_ctest(tmp_path), None, None, lambda k: None, work_build=work_build)  # type: ignore[arg-type]
-    got = {c.name: c.outcome for c in upstream.GROUP.verify(run)}
-    assert asked == [True, False]
+    expected = Expectations(
+        archs=ArchsFloor(certified_at_least=1),
+        upstream_failures={"test-c": UpstreamFailure(why="no network")},
+    )
+    run = Session(
+        env,
+        fake_ctest(tmp_path),
+        None,
+        None,
+        lambda k: None,
+        work_build=work_build,
+        expected=lambda: expected,
+    )  # type: ignore[arg-type]
+    checks = upstream.GROUP.verify(run)
+    got = {c.name: c.outcome for c in checks}
+    # the patched build with every test, the baseline configured, then built for the tests that do not pass
+    # on the patched build only (test-a passes there: the baseline neither builds nor runs it)
+    assert asked == [(False, None), (True, ()), (True, ("test-b", "test-c", "test-d", "test-m"))]
+    calls = [json.loads(line) for line in (dirs[True] / "calls.jsonl").read_text().splitlines()]
+    assert [c["args"][c["args"].index("-R") + 1] for c in calls] == [
+        "^(test\\-b|test\\-c|test\\-d)$",
+        "^(test\\-m)$",
+    ]
+    figures = {c.name: c.figures for c in checks}
+    assert figures["main/test-a"] == {"baseline": upstream.NOT_RUN, "patched": "pass"}
+    assert figures["main/test-b"] == {"baseline": "pass", "patched": "fail"}
     assert got == {
         "main/test-a": "PASS",
         "main/test-b": "FAIL",
+        # both fail on both builds: the one the series declares is counted apart, the other one fails
         "main/test-c": "FAILS UPSTREAM TOO",
+        "main/test-d": "FAIL",
         # the patched build ran no test of `-L model`: a failed check, not a silent pass
         "model@smollm2/ran": "FAIL",
     }
     assert upstream.GROUP.needs_baseline
+
+
+def test_the_baseline_builds_the_setups_of_the_fixtures_its_tests_require_but_the_download(
+    tmp_path: Path,
+) -> None:
+    registered = upstream._registered(fake_ctest(tmp_path), tmp_path)
+    assert upstream.with_setups(registered, {"test-s"}) == {"test-s", "test-setup"}
+    assert upstream.with_setups(registered, {"test-x"}) == {"test-x"}

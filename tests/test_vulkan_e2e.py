@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dgr.contracts import locks
+from dgr.contracts import expectations, locks
+from dgr.contracts.archtable import ARCHS, ARCHS_SUMMARY
 from dgr.core.paths import Cache
 from dgr.errors import IntegrityError
 from dgr.sources import debian
@@ -42,16 +43,37 @@ def vulkan_report(vulkan_cache: Path) -> dict[str, Any]:
     return report
 
 
+APART = ("device_failure", "upstream_failure", "not_compared")
+"""The outcomes of a check counted apart: no pass, no failure (dgr.contracts.report.Check)."""
+
+
 def test_the_vulkan_report_passes(vulkan_report: dict[str, Any]) -> None:
-    failed = [f"{c['group']}/{c['name']}: {c['detail']}" for c in vulkan_report["checks"] if not c["passed"]]
+    # a device failure (the driver fails where the unpatched build's own test fails too, on the same device:
+    # lavapipe on qwen3next's MoE) is counted apart; every other check passed or was listed with why
+    failed = [
+        f"{c['group']}/{c['name']}: {c['detail']}"
+        for c in vulkan_report["checks"]
+        if not c["passed"] and not any(c.get(k) for k in APART)
+    ]
     assert failed == []
+    assert vulkan_report["passed"] is True
     assert vulkan_report["groups"] == ["archs", "offload"]
+    for group in vulkan_report["groups"]:
+        assert any(c["passed"] for c in vulkan_report["checks"] if c["group"] == group), group
 
 
 def test_the_architectures_run_on_the_device(vulkan_report: dict[str, Any]) -> None:
-    archs = {c["name"]: c for c in vulkan_report["checks"] if c["group"] == "archs"}
-    summary = archs.pop("summary")["figures"]
-    assert summary["failed"] == 0 and summary["certified"] >= 100
+    archs = {c["name"]: c for c in vulkan_report["checks"] if c["group"] == ARCHS}
+    check = archs.pop(ARCHS_SUMMARY)
+    summary = check["figures"]
+    assert check["passed"], check["detail"]
+    floor = expectations.load(ROOT).archs.certified_at_least
+    assert summary["failed"] == 0 and summary["certified"] >= floor == summary["certified_floor"]
+    # each device failure was judged by the unpatched build's own test of the architecture on the device
+    for arch, reason in summary.get("device_failure", {}).items():
+        assert "(the unpatched build)" in reason and "too" in reason, (arch, reason)
+        rows = [c for n, c in archs.items() if n.split("/")[0] == arch and c.get("device_failure")]
+        assert rows and all(not c["passed"] for c in rows), arch
     # on a device other than the CPU the logits are compared by NMSE, not bit for bit
     certified = [c for c in archs.values() if c["figures"]["status"] == "certified"]
     assert certified and all("bit-identical" not in c["detail"] for c in certified)

@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="run as if dgr was started in DIR (as `git -C`): the repository is found from there",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    # not required here: `_parse` says that the command is missing, after any unknown option (`dgr --bogus`)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     def command(name: str, *, mirror: bool = False) -> argparse.ArgumentParser:
         """The subparser of `name`: its summary, examples and exit codes from dgr.commandref."""
@@ -272,6 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--upstream", metavar="SPEC", help="verify the port of the series to a locked rebase target"
     )
+    _flag(
+        p,
+        "--rerun",
+        "run every check again: take no result kept from a run of the same binaries (<cache>/results)",
+    )
     _sanitize(p)
     _backend(p)
 
@@ -354,6 +360,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME|PATH",
         help="a model of locks/model.toml by name (default: its default model), or the path of a GGUF file",
     )
+    _flag(
+        p,
+        "--parts",
+        "run each range from its own directory holding only the files of the model's parts it needs (`dgr "
+        "parts`: in the cache, written there when missing)",
+    )
+    p.add_argument(
+        "--parts-dir",
+        type=Path,
+        metavar="DIR",
+        help="like --parts, from the parts in DIR (written by `dgr parts --out DIR`; the files of the ranges "
+        "run are enough)",
+    )
     _flag(p, "--chat", "wrap the prompt in the model's chat template")
     _flag(
         p,
@@ -362,6 +381,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _threads(p)
     _flag(p, "--json", "print the result as JSON")
+
+    p = command("parts")
+    p.add_argument(
+        "--model",
+        metavar="NAME|PATH",
+        help="a model of locks/model.toml by name (default: its default model), or the path of a GGUF file",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="where the parts and their parts.toml go (default: <cache>/parts/<sha256 of the model>); a new "
+        "or empty directory, or one that holds these parts already",
+    )
+    p.add_argument(
+        "--split",
+        metavar="RANGES|K",
+        help="also print, per range, the files it needs and their bytes: ranges BEGIN:END,... that tile the "
+        "layers, or K (nearly) equal ranges",
+    )
+    _flag(p, "--lock", "record the parts' sha256 in locks/parts.toml (a model of locks/model.toml only)")
+    _flag(p, "--json", "print the directory, the manifest and the ranges as JSON")
     return parser
 
 
@@ -388,11 +429,42 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
     return parser
 
 
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    return [o for action in parser._actions for o in action.option_strings]
+
+
+def _unknown(
+    extras: Sequence[str], parser: argparse.ArgumentParser, top: argparse.ArgumentParser | None
+) -> str:
+    """What is wrong with `extras`, the arguments that no parser took: each unknown option by its name, the
+    first with where it belongs when it is an option of the command `parser` given before it, or of dgr
+    (`top`) given after the command, else with the closest option; without an option, the arguments that have
+    no place."""
+    options = [e.partition("=")[0] for e in extras if e.startswith("-") and len(e) > 1]
+    if not options:
+        return f"unexpected argument(s): {' '.join(extras)}"
+    first = options[0]
+    if top is not None and first in _options(parser):
+        return f"option {first} is `{parser.prog}`'s: it goes after the command"
+    if top is not None and first in _options(top):
+        return f"option {first} is dgr's: it goes before the command"
+    known = _options(parser) + (_options(top) if top is not None else [])
+    close = difflib.get_close_matches(first, known, n=1, cutoff=0.75)
+    suggestion = f"; did you mean `{close[0]}`?" if close else f" (`{parser.prog} --help` lists the options)"
+    return f"unknown option{'s' if len(options) > 1 else ''} {', '.join(options)}{suggestion}"
+
+
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parse; an unknown option is reported with the usage of its command, not dgr's."""
+    """Parse; an unknown option is named (`unknown option --bogus`), before the command or after it, with
+    the usage of its command (dgr's without one), and so is a missing command."""
     args, extras = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.error(
+            _unknown(extras, parser, None) if extras else "the following arguments are required: COMMAND"
+        )
     if extras:
-        _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(extras)}")
+        command = _subparser(parser, args.command)
+        command.error(_unknown(extras, command, parser))
     return args
 
 

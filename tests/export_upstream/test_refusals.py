@@ -13,12 +13,15 @@ from dgr.export import branches, upstream_package
 from tests.export_upstream.support import (
     FIXTURE_CONCERNS,
     PATCHES,
+    UPSTREAM_ERROR,
+    UPSTREAM_IDENTIFIER,
     bench_data,
     config,
     digest,
     edit_patch,
     export,
     refused,
+    set_not_built,
     tree,
     write_bench,
     write_package,
@@ -223,6 +226,78 @@ def test_refuses_a_placeholder_outside_the_submitters_marks(
     write_report()
     write_bench()
     refused(tmp_path / "out", 7, capsys, found, "outside the submitter's section")
+
+
+def test_a_word_of_ours_in_upstreams_output_is_refused_unless_its_identifier_is_upstreams(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The export of main exited 7 on `word of ours 'routing'` in PR-1.md to PR-5.md and DISCUSSION.md: the
+    graph table quotes the error of upstream's loader for clef, which names upstream's GGUF key
+    `clef.decision.routing_block_count`. Listed in upstream_identifiers (and in the pinned tree), the key is
+    upstream's; the word itself stays refused everywhere else."""
+    write_package(repo, config())
+    set_not_built(write_report(), {"clef/dense": UPSTREAM_ERROR})
+    write_bench()
+    err = refused(tmp_path / "out", 7, capsys, "the rendered package is not fit to send upstream")
+    assert re.findall(r"^  (PR-1\.md|DISCUSSION\.md):\d+: word of ours 'routing'$", err, re.M) == [
+        "PR-1.md",
+        "DISCUSSION.md",
+    ]
+    assert "upstream_identifiers" in err  # the hint names the way out
+
+    write_package(repo, config(upstream_identifiers=[UPSTREAM_IDENTIFIER]))
+    out = tmp_path / "out"
+    assert export(out) == 0, capsys.readouterr().err
+    for name in ("PR-1.md", "DISCUSSION.md"):
+        assert f"| `clef/dense` | {UPSTREAM_ERROR} |" in (out / name).read_text()
+
+    # the identifier is masked as a whole token only: the word beside it, or inside another key, is ours
+    set_not_built(write_report(), {"clef/dense": f"{UPSTREAM_ERROR} (routing of the decision head)"})
+    err = refused(tmp_path / "out2", 7, capsys, "PR-1.md:")
+    assert err.count("word of ours 'routing'") == 2  # PR-1.md and DISCUSSION.md, once each
+    set_not_built(write_report(), {"clef/dense": UPSTREAM_ERROR.replace("routing_block", "routing_blocks")})
+    refused(tmp_path / "out3", 7, capsys, "word of ours 'routing'")
+
+
+@pytest.mark.parametrize(
+    ("identifiers", "code", "expected"),
+    [
+        (["relay_state"], 8, "upstream_identifiers: 'relay_state' is not in llama.cpp "),
+        (["routing"], 8, "upstream_identifiers[0]: 'routing' is a word of ours itself"),
+        (["block_count"], 8, "upstream_identifiers[0]: 'block_count' holds no word of ours: remove it"),
+        (
+            ["decision.routing_block_count"],
+            8,
+            "upstream_identifiers[0]: 'decision.routing_block_count' is not an",
+        ),
+    ],
+)
+def test_refuses_an_upstream_identifier_that_is_not_upstreams(
+    repo: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    identifiers: list[str],
+    code: int,
+    expected: str,
+) -> None:
+    """An identifier listed as upstream's must be one: a token of the pinned tree that holds a word of ours
+    and more than the word, so that the list cannot let a word of ours through."""
+    write_package(repo, config(upstream_identifiers=identifiers))
+    write_report()
+    write_bench()
+    refused(tmp_path / "out", code, capsys, expected)
+
+
+def test_an_upstream_identifier_is_masked_as_a_whole_token() -> None:
+    words, ids = ("routing", "dgr"), ("routing_block_count",)
+    assert upstream_package.scan_package("x.md", "key clef.decision.routing_block_count\n", words, ids) == []
+    assert upstream_package.scan_package("x.md", "key routing_block_count_v2 and dgr\n", words, ids) == [
+        "x.md:1: word of ours 'routing'",
+        "x.md:1: word of ours 'dgr'",
+    ]
+    assert upstream_package.scan_package("x.md", "key clef.decision.routing_block_count\n", words) == [
+        "x.md:1: word of ours 'routing'"
+    ]
 
 
 def test_refuses_a_description_longer_than_github_takes(

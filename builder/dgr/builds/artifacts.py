@@ -71,20 +71,26 @@ def collect(dest: Path, llama_bin: Path, plan: Plan, worker: CMakeProject | None
 
 
 # a line of a CTestTestfile.cmake that CMake generates: add_test("name" "/path/to/exe" "arg" ...)
-_ADD_TEST = re.compile(r'^add_test\("(?:[^"\\]|\\.)*" "((?:[^"\\]|\\.)*)"', re.MULTILINE)
+_ADD_TEST = re.compile(r'^add_test\("((?:[^"\\]|\\.)*)" "((?:[^"\\]|\\.)*)"', re.MULTILINE)
+
+
+def upstream_test_executables(build_dir: Path) -> dict[str, str]:
+    """The target of the executable that each test registered in build_dir runs from its bin/, by test name
+    (read from the CTestTestfile.cmake files CMake generated: CTest itself names no command whose executable
+    is not built yet); a target's executable is named after it there. A test that runs another program (a
+    CMake script) has none."""
+    work_bin = build_dir / "bin"
+    found = {}
+    for testfile in build_dir.rglob("CTestTestfile.cmake"):
+        for name, command in _ADD_TEST.findall(testfile.read_text(errors="replace")):
+            if Path(command).parent == work_bin:
+                found[name] = Path(command).name
+    return found
 
 
 def upstream_test_targets(build_dir: Path) -> list[str]:
-    """The targets of the executables the tests registered in build_dir run from its bin/ (read from the
-    CTestTestfile.cmake files CMake generated: CTest itself names no command whose executable is not built
-    yet); a target's executable is named after it there. A test that runs another program needs none."""
-    work_bin = build_dir / "bin"
-    found = set()
-    for testfile in build_dir.rglob("CTestTestfile.cmake"):
-        for command in _ADD_TEST.findall(testfile.read_text(errors="replace")):
-            if Path(command).parent == work_bin:
-                found.add(Path(command).name)
-    return sorted(found)
+    """The targets of the executables the tests registered in build_dir run from its bin/."""
+    return sorted(set(upstream_test_executables(build_dir).values()))
 
 
 def unregistered(declared: Mapping[str, str], registered: list[dict[str, Any]]) -> None:

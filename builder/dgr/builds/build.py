@@ -21,7 +21,7 @@ from pathlib import Path
 from dgr.builds import artifacts, backends
 from dgr.builds.buildcache import BuildStore
 from dgr.builds.buildplan import Plan, Request, plan
-from dgr.builds.cmake import CMakeProject, Compiler, Toolchain, compiler_at
+from dgr.builds.cmake import CMakeProject, Compiler, CompilerCache, Toolchain, compiler_at
 from dgr.builds.cmakedefs import render
 from dgr.contracts import locks
 from dgr.contracts.buildmanifest import BuildManifest, BuildStatus
@@ -135,11 +135,15 @@ def _prepare(ctx: Context, plan: Plan, jobs: int | None = None) -> _Prepared:
         for deb in plan.toolchain_lock.backends[backend].debs:
             paths[deb.template] = debian.fetch(ctx.cache, deb)
     env = {"SOURCE_DATE_EPOCH": str(pin.epoch)}
+    compiler_cache = compiler_cache_of(ctx, plan.toolchain)
+    compiler_cache.zero()
 
     def project(source: Path, build: Path, options: str) -> CMakeProject:
         """The CMake project of `source` built in `build`, with the plan's definitions `options`."""
         definitions = render(plan.inputs[options], paths)
-        return CMakeProject(plan.toolchain, source, build, plan.toolchain_lock.build_type, definitions, env)
+        return CMakeProject(
+            plan.toolchain, source, build, plan.toolchain_lock.build_type, definitions, env, compiler_cache
+        )
 
     llama = project(src, build_dir, "cmake_options")
     with log.step(f"configure llama.cpp in {build_dir}"):
@@ -148,7 +152,9 @@ def _prepare(ctx: Context, plan: Plan, jobs: int | None = None) -> _Prepared:
         llama.build_targets(plan.targets, jobs)
     if plan.upstream_tests:
         # known once configured: the executables of the tests CMake registers (tests/CMakeLists.txt)
-        tests = artifacts.upstream_test_targets(build_dir)
+        executables = artifacts.upstream_test_executables(build_dir)
+        only = plan.request.only_tests
+        tests = sorted({exe for name, exe in executables.items() if only is None or name in only})
         with log.step(f"ninja the {len(tests)} executables of upstream's own tests"):
             failed = llama.build_what_builds(tests, jobs)
         if failed:
@@ -165,7 +171,14 @@ def _prepare(ctx: Context, plan: Plan, jobs: int | None = None) -> _Prepared:
         with log.step(f"configure and build the worker ({ctx.repo.rel(ctx.repo.worker_dir)})"):
             worker.configure()
             worker.build_targets([], jobs)
+    hits, misses = compiler_cache.counts()
+    log.info(f"compiler cache: {hits} of {hits + misses} compilations found in {compiler_cache.dir}")
     return _Prepared(upstream.source, applied, src, build_dir, llama, worker)
+
+
+def compiler_cache_of(ctx: Context, toolchain: Toolchain) -> CompilerCache:
+    """The compiler cache of this dgr cache (every build of it, the work trees of every flavor included)."""
+    return CompilerCache(toolchain.ccache, ctx.cache.root / "ccache", ctx.cache.root)
 
 
 def _sync_tree(source: Path, dest: Path, files: dict[str, str]) -> None:

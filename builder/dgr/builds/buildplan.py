@@ -54,6 +54,10 @@ class Request:
     """Also build every executable upstream's own CTest tests run (tests/CMakeLists.txt), in the work build
     dir where the `upstream` group of `dgr verify` runs them; never for a prefix of the series. `dgr build`
     does not: they are not part of what it publishes."""
+    only_tests: tuple[str, ...] | None = None
+    """With `upstream_tests`: only the executables of these tests (by CTest name; None: of every test; `()`:
+    none, the tree only configured, so that CTest lists its tests). No part of the inputs digest: only a work
+    build takes it, which publishes nothing."""
 
     @property
     def gpu_backends(self) -> tuple[str, ...]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -15,7 +14,7 @@ from dgr.builds import build, buildplan
 from dgr.builds.cmake import Toolchain
 from dgr.contracts import locks
 from dgr.contracts.buildmanifest import BuildManifest
-from dgr.core import proc
+from dgr.core import jsonio, proc
 from dgr.core.paths import Context
 from dgr.errors import BuildError
 from dgr.git import gitops
@@ -64,7 +63,10 @@ def measure(ctx: Context, quick: bool) -> dict[str, float | str]:
                 shutil.copytree(src, Path(tmp) / "cache" / name, symlinks=True)
         cold_dgr, _ = _timed_build(env, "--upstream-only", what="cold dgr build failed")
         printed = proc.run([sys.executable, "-m", "dgr", "build", "--upstream-only", "--json"], env=env)
-        baseline = BuildManifest.from_printed(json.loads(printed.stdout), "dgr build --upstream-only --json")
+        baseline = BuildManifest.from_printed(
+            jsonio.loads(printed.stdout, "the output of `dgr build --upstream-only --json`", BuildError),
+            "dgr build --upstream-only --json",
+        )
         src = Path(baseline.build.source_dir)
         plain = Path(tmp) / "plain"
         defs = [f"-D{k}={v}" for k, v in baseline.cmake_options.items() if "{" not in v]
@@ -151,7 +153,10 @@ def edit_rebuild(
             proc.run([sys.executable, "-m", "dgr", "manifest"], env=env)
             dgr_s, printed = _timed_build(env, "--json", what="dgr build of the edited series failed")
             # the edited series is not the user's: its published build goes again
-            shutil.rmtree(json.loads(printed)["path"], ignore_errors=True)
+            shutil.rmtree(
+                jsonio.loads(printed, "the output of `dgr build --json`", BuildError)["path"],
+                ignore_errors=True,
+            )
     # the work tree now holds the edited file: put the original back and let ninja rebuild the same files
     start = time.perf_counter()
     series_built()

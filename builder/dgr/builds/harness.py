@@ -1,5 +1,6 @@
 """The harness of the repository as it is now: every file `dgr verify` and `dgr bench` run beyond the build
-(whose inputs the inputs digest covers) and the model lock, with their SHA-256 (dgr.contracts.harness).
+(whose inputs the inputs digest covers), the model lock, series/verify.toml and the parts lock, with their
+SHA-256 (dgr.contracts.harness).
 
 - every file under `verify/` (the C++ worker, `layer-bench`, `layer-graphs`, the fuzz harness, CMake);
 - the Python of the harness, `builder/dgr/verify/` (checks, wire, models, bench), and every module of `dgr`
@@ -8,7 +9,10 @@
 - the two commands that run it and write what it found, `commands/verify.py` and `commands/bench.py` (what
   they import beyond the harness builds or fetches: the build is the inputs digest's, the models the
   lock's);
-- `locks/model.toml`, the models the checks ran against.
+- `locks/model.toml`, the models the checks ran against;
+- `series/verify.toml`, what the checks hold the series to (the upstream tests that may fail on both builds,
+  the floor of certified architectures);
+- `locks/parts.toml`, the parts of the models the checks ran from (the boundary group's `parts-split-<k>`).
 
 The files are read from the repository (as the worker's are), never from where the running `dgr` lies."""
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from dgr.contracts import expectations
 from dgr.contracts.harness import Harness
 from dgr.core.digest import sha256_file
 from dgr.core.paths import Repo
@@ -25,6 +30,8 @@ SOURCE_ROOT = "builder"
 HARNESS_PACKAGE = "dgr.verify"
 RUNNERS = ("dgr.commands.verify", "dgr.commands.bench")
 MODEL_LOCK = "locks/model.toml"
+PARTS_LOCK = "locks/parts.toml"
+EXPECTATIONS = expectations.PATH
 NATIVE_DIR = "verify"
 
 
@@ -79,7 +86,7 @@ def python_files(source: Path) -> list[Path]:
 
 
 def files(repo: Repo) -> list[Path]:
-    """Every file of the harness in `repo`, the model lock last."""
+    """Every file of the harness in `repo`, the model lock, series/verify.toml and the parts lock last."""
     native = repo.root / NATIVE_DIR
     found = sorted(
         p
@@ -90,8 +97,8 @@ def files(repo: Repo) -> list[Path]:
     source = repo.root / SOURCE_ROOT
     if source.is_dir():
         found += python_files(source)
-    lock = repo.root / MODEL_LOCK
-    return found + ([lock] if lock.is_file() else [])
+    declared = [repo.root / MODEL_LOCK, repo.root / EXPECTATIONS, repo.root / PARTS_LOCK]
+    return found + [p for p in declared if p.is_file()]
 
 
 def current(repo: Repo) -> Harness:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dgr.contracts.harness import Harness
 from dgr.contracts.report import GROUPS, Group, Report
+from dgr.core import jsonio
 from dgr.core.digest import sha256_bytes
 from dgr.core.fs import read_or_refuse, write_atomic
 from dgr.core.paths import Cache
@@ -52,7 +53,7 @@ def load_passing(
     path = cache.root / rel
     raw = read_or_refuse(path, "there is no verify report for the current inputs", hint, VerifyError)
     try:
-        report = Report.from_json(json.loads(raw), str(path))
+        report = Report.from_json(jsonio.loads(raw, str(path)), str(path))
     except ValueError as exc:
         raise VerifyError(f"{path} is not valid JSON ({exc})", hint=hint) from exc
     except ConfigError as exc:

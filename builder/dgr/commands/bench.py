@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dgr.builds import build, buildplan, buildtime, harness
 from dgr.contracts import convert, locks
+from dgr.contracts import parts as parts_records
 from dgr.contracts.bench import BENCH_FORMAT, BenchResult, ModelBench
 from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.core import log
@@ -28,6 +29,7 @@ from dgr.export import upstream_package
 from dgr.git import gitops
 from dgr.sources import model, upstream
 from dgr.verify.bench import codec, fuzz, machine, model_bench, quality, report, rpc, split
+from dgr.verify.models.parts import ModelParts, PartsStore
 
 FUZZ_VENDOR = "vendor/nlohmann"
 """What the decoders include of upstream's tree (nlohmann/json)."""
@@ -49,7 +51,7 @@ def fuzz_only(ctx: Context, args: argparse.Namespace) -> int:
         print(json.dumps(fuzzed, indent=2))
     else:
         print(report.fuzz_text(fuzzed))
-    fuzz.crashed(fuzzed)
+    fuzz.judge(fuzzed)
     return EXIT_OK
 
 
@@ -67,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             f"--ctx {args.ctx} is too small: the measurements need {needed} positions in one session",
             hint=f"give --ctx {needed} or more (the default, 1024, is what the README's figures use)",
         )
+    parts_lock = parts_records.load_lock(ctx.repo.locks_dir)  # a bad lock before anything is built
     built = build.run(ctx, buildplan.Request())
     bin_dir = built.path / "bin"
     # the cache keeps a quick result apart from the full one of the same inputs (which status and export read)
@@ -75,10 +78,22 @@ def run(args: argparse.Namespace) -> int:
     models = locks.load_models(ctx.repo.locks_dir).all()  # the default model first
     model_path, *other_paths = model.fetch_all(ctx.cache, models)
 
-    def measured(name: str, path: Path, chart: str) -> ModelBench:
-        return model_bench(bin_dir, name, path, args.quick, args.threads, args.ctx, out_dir / chart)
+    def measured(name: str, path: Path, chart: str, parts: PartsStore) -> ModelBench:
+        def parts_of() -> ModelParts:
+            return parts.of(name)
 
-    default = measured(models[0].name, model_path, "memory.png")
+        return model_bench(bin_dir, name, path, args.quick, args.threads, args.ctx, out_dir / chart, parts_of)
+
+    # each model's parts: checked in the cache (written there when missing) and held to locks/parts.toml;
+    # each range loads from a directory of its own under tmp/, removed at the end
+    with ctx.cache.tmpdir("bench-parts") as scratch:
+        sources = {m.name: (p, m.sha256) for m, p in zip(models, [model_path, *other_paths], strict=True)}
+        parts = PartsStore(ctx.cache.root, scratch, parts_lock, sources)
+        default = measured(models[0].name, model_path, "memory.png", parts)
+        alone = [
+            measured(lock.name, path, f"memory-{lock.name}.png", parts)
+            for lock, path in zip(models[1:], other_paths, strict=True)
+        ]
     with log.step("bundle codec"):
         speeds = codec.measure(bin_dir, args.quick)
     with log.step("build timing"):
@@ -93,11 +108,8 @@ def run(args: argparse.Namespace) -> int:
         paths = [model_path, *other_paths]
         extra = beside_upstream(ctx, bin_dir / "layer-worker", paths, default.model.n_layer, args)
     others = {
-        lock.name: dataclasses.replace(
-            measured(lock.name, path, f"memory-{lock.name}.png"),
-            upstream_comparison=extra.others[i] if extra else None,
-        )
-        for i, (lock, path) in enumerate(zip(models[1:], other_paths, strict=True))
+        lock.name: dataclasses.replace(one, upstream_comparison=extra.others[i] if extra else None)
+        for i, (lock, one) in enumerate(zip(models[1:], alone, strict=True))
     }
     default = dataclasses.replace(default, upstream_comparison=extra.comparison if extra else None)
     result = BenchResult(
@@ -122,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         print(report.report_text(result))
     chart = f", chart: {default.chart}" if default.chart else ""
     log.info(f"results: {out_dir / 'bench.json'}{chart}")
-    fuzz.crashed(fuzzed)
+    fuzz.judge(fuzzed)
     split.diverged(result)
     return EXIT_OK
 

@@ -2,7 +2,9 @@
 series, the edit tree, the build of the current inputs, the verify report and the bench behind
 `export-upstream`, and the next command to run. With `--backend NAME` (a GPU backend): its build and the
 verify report of its groups instead (`export-upstream` is about the CPU build). It reads only; it builds,
-fetches and writes nothing."""
+fetches and writes nothing. A bench.json of the current inputs that is no bench result of `dgr bench` (read
+strictly, as `export-upstream` reads it: dgr.export.measured) is its error, exit 8, naming the file and the
+key."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dgr.contracts import locks
 from dgr.contracts.backend import Backend
 from dgr.contracts.report import GPU_GROUPS, GROUPS
 from dgr.core.paths import Context
-from dgr.errors import EXIT_OK, DgrError, StaleError
+from dgr.errors import EXIT_OK, DgrError, StaleError, VerifyError
 from dgr.export import measured
 from dgr.git import gitops
 from dgr.maintain import editing
@@ -73,7 +75,9 @@ def status(ctx: Context, backend: Backend = "cpu") -> Status:
         try:
             measured.load(full, plan.digest, current, models)
             bench = "current (`dgr bench --rpc` of these inputs)"
-        except DgrError as exc:
+        # missing, of other inputs, without --rpc, stale; a file that is no bench result (a key unknown or
+        # twice, NaN, a `summary` its measurements do not give) is a ConfigError: its error, exit 8
+        except VerifyError as exc:
             bench = f"{'stale' if isinstance(exc, StaleError) else 'missing'}: {exc.what}"
             if not full.exists() and (ctx.cache.bench_entry(plan.digest, quick=True) / full.name).exists():
                 bench += " (there is a --quick one of these inputs: a quick run is no full bench)"

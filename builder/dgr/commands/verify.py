@@ -7,6 +7,7 @@ failure."""
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -15,8 +16,9 @@ from pathlib import Path
 
 from dgr.builds import backends, build, buildplan, harness, reportstore
 from dgr.builds.cmake import Toolchain
-from dgr.contracts import locks
+from dgr.contracts import expectations, locks
 from dgr.contracts.backend import Backend
+from dgr.contracts.parts import load_lock as load_parts_lock
 from dgr.contracts.report import GPU_GROUPS, GROUPS, NATIVE, SYNTHETIC, Check, Group, Report
 from dgr.core import log
 from dgr.core.fs import write_atomic
@@ -26,8 +28,10 @@ from dgr.sources import model
 from dgr.verify.checks import progress
 from dgr.verify.checks.registry import load
 from dgr.verify.checks.report import junit_xml, nonempty, table
+from dgr.verify.checks.results import ResultStore
 from dgr.verify.checks.session import Session
 from dgr.verify.models.env import Env, RealModel
+from dgr.verify.models.parts import PartsStore
 
 DEVICES: dict[str, str] = {"vulkan": "Vulkan0"}
 """The ggml device of each GPU backend that the checks offload to: the first one."""
@@ -104,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
     ctx = Context.discover()
     ran = harness.current(ctx.repo)  # what runs the checks, read before they run
+    parts_lock = load_parts_lock(ctx.repo.locks_dir)  # a bad lock before anything is built
     patched = build.run(
         ctx,
         buildplan.Request(
@@ -122,17 +127,23 @@ def run(args: argparse.Namespace) -> int:
     )
     worker = patched.path / "bin" / "layer-worker"
     models = locks.load_models(ctx.repo.locks_dir).all()
+    paths = model.fetch_all(ctx.cache, models)
+    # each range of a split run from the parts loads from its own directory under tmp/, removed at the end
+    parts = PartsStore(
+        ctx.cache.root,
+        ctx.cache.tmp / f"verify-parts.{os.getpid()}",
+        parts_lock,
+        {lock.name: (path, lock.sha256) for lock, path in zip(models, paths, strict=True)},
+    )
     env = Env(
         worker=worker,
-        models=tuple(
-            RealModel.read(lock.name, path)
-            for lock, path in zip(models, model.fetch_all(ctx.cache, models), strict=True)
-        ),
+        models=tuple(RealModel.read(lock.name, path) for lock, path in zip(models, paths, strict=True)),
         fixtures=ctx.cache.root / "fixtures",
         threads=args.threads,
         baseline_worker=baseline.path / "bin" / "layer-worker" if baseline else None,
         sanitized=bool(sanitize),
         device=device,
+        parts=parts,
     )
     toolchain = Toolchain.find(locks.load_toolchain(ctx.repo.locks_dir))
 
@@ -142,14 +153,17 @@ def run(args: argparse.Namespace) -> int:
         )
         return build.run(ctx, request)
 
-    def work_build(upstream_only: bool) -> Path:
+    def work_build(upstream_only: bool, only: tuple[str, ...] | None = None) -> Path:
+        # with the backend of the run: the archs group judges a device failure by the unpatched build's
+        # test-llama-archs on the same device
         request = buildplan.Request(
             upstream_only=upstream_only,
             mirror=args.mirror,
             upstream=args.upstream,
             sanitize=sanitize,
-            backend="cpu" if upstream_only else args.backend,
+            backend=args.backend,
             upstream_tests=True,
+            only_tests=only,
         )
         return build.work_build(ctx, request)
 
@@ -159,9 +173,20 @@ def run(args: argparse.Namespace) -> int:
         log.detail(tracker.line(part, checks, seconds))
 
     session = Session(
-        env, toolchain.ctest, patched, baseline, build_prefix, work_build=work_build, on_part=finished
+        env,
+        toolchain.ctest,
+        patched,
+        baseline,
+        build_prefix,
+        work_build=work_build,
+        on_part=finished,
+        expected=functools.cache(functools.partial(expectations.load, ctx.repo.root)),
+        results=None if args.rerun else ResultStore(ctx.cache.root / "results", ran.digest),
     )
-    results, error = run_groups(groups, session, finished)
+    try:
+        results, error = run_groups(groups, session, finished)
+    finally:
+        parts.close()
 
     report = Report(
         inputs_digest=patched.manifest.inputs_digest,
@@ -170,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
         durations_s=session.durations,
         checks=tuple(results),
         harness=ran,
+        reused=dict(session.results.used) if session.results else {},
     )
     path, data = reportstore.write(ctx.cache, report)
     if args.junit:
@@ -177,6 +203,11 @@ def run(args: argparse.Namespace) -> int:
     print(table(results), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         sys.stdout.write(data.decode())
+    if session.results and session.results.used:
+        log.info(
+            f"{len(session.results.used)} part(s) taken from results kept for the same binaries "
+            f"({', '.join(session.results.used)}); `--rerun` runs them again"
+        )
     log.info(f"report: {path}")
     if error is not None:  # the report keeps the groups that finished; the command ends with the error
         raise error

@@ -19,7 +19,8 @@ ARCHS_SUMMARY = "every-architecture"
 ArchStatus = Literal["certified", "refused", "no-model", "failed", "crashed", "device-failure"]
 ARCH_STATUSES: tuple[ArchStatus, ...] = get_args(ArchStatus)
 """The result of a row of the table (`crashed`: the test stopped at it; `device-failure`: on a GPU device, the
-test stopped at it and upstream's own test of the architecture on that device, without a range, fails too)."""
+test stopped at it and upstream's own test of the architecture, the unpatched build's, on that device,
+without a range, fails too)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +49,11 @@ class ArchsSummary(convert.Record):
     no_model: Mapping[str, str]
     """Architecture -> why upstream's random-model generator cannot build it."""
     device_failure: Mapping[str, str] = field(default_factory=dict, metadata=convert.OMIT_EMPTY)
-    """On a GPU device: architecture -> how upstream's own test of it fails there too."""
+    """On a GPU device: architecture -> how upstream's own test of it (the unpatched build's) fails there
+    too."""
+    certified_floor: int | None = field(default=None, metadata=convert.OMIT_NONE)
+    """The fewest certified architectures that pass the table (series/verify.toml; None: a report that did
+    not record it)."""
 
     def in_archs(self) -> dict[ArchStatus, int]:
         """Architectures per status, as the test counted them (`crashed` is no status of its own here)."""

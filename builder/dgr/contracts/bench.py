@@ -13,9 +13,15 @@ from dgr.contracts.paired import Paired
 from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.errors import ConfigError
 
-BENCH_FORMAT = 2
+BENCH_FORMAT = 3
 """2: every ratio is a paired-rounds object (dgr.contracts.paired), the perplexity comparison is
-llama-perplexity's KL divergence mode. A result of another format is refused: rerun `dgr bench`."""
+llama-perplexity's KL divergence mode. 3: every model has its figures from its parts (`parts`). A result of
+another format is refused: rerun `dgr bench`."""
+OLDER_FORMATS: Mapping[int, str] = {
+    1: "best-of ratios, perplexity compared as text",
+    2: "no figures from the parts of the models",
+}
+"""What a result of an older format lacks, as the refusal says it."""
 Figures = Mapping[str, int | float | str | bool]
 """A flat set of named measurements (build timing, fuzzing): numbers, with a note or a flag here and there."""
 TARGETS: Mapping[str, float] = {
@@ -127,6 +133,13 @@ class BatchedCost(convert.Record):
     """Forwarded tokens/s / relayed tokens/s, in each of those rounds."""
 
 
+def _layers(data: Any, where: str) -> None:
+    """`layers` of a row: [begin, end] (the decoder reads a tuple of any length)."""
+    layers = convert.mapping(data, where).get("layers")
+    if not isinstance(layers, list) or len(layers) != 2:
+        raise ConfigError(f"{where}: `layers` must be [begin, end]")
+
+
 @dataclass(frozen=True, kw_only=True)
 class MemoryRow(convert.Record):
     """One layer range in a fresh process (mmap off): its bytes and their fractions of the whole model's."""
@@ -144,10 +157,66 @@ class MemoryRow(convert.Record):
 
     @classmethod
     def from_json(cls, data: Any, where: str = "memory row") -> Self:
-        layers = convert.mapping(data, where).get("layers")
-        if not isinstance(layers, list) or len(layers) != 2:
-            raise ConfigError(f"{where}: `layers` must be [begin, end]")
+        _layers(data, where)
         return convert.from_json(cls, data, where)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartsRow(convert.Record):
+    """One range of a split run from its parts (`dgr parts`: a directory holding only the files the range
+    needs, as a machine that fetched them holds them) against from the whole model file: what a machine
+    stores, the load time in paired rounds, the peak RSS of the range's worker with mmap on and off."""
+
+    layers: tuple[int, int]
+    files: int
+    """The part files the range needs."""
+    part_bytes: int
+    """What a machine that runs the range stores: the size of those files (`PartsFigures.whole_bytes`
+    without the parts)."""
+    load_whole_s: float
+    load_parts_s: float
+    """Worker start to model loaded (mmap on, no context), the fastest round of each side."""
+    load: Paired
+    """Loads per second from the parts / from the whole file (whole s / parts s), in each paired round."""
+    peak_rss_whole_mmap: int
+    peak_rss_parts_mmap: int
+    peak_rss_whole_no_mmap: int
+    peak_rss_parts_no_mmap: int
+    """Peak RSS (VmHWM) of the range's worker, a fresh process per figure, after the same prefill."""
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "parts row") -> Self:
+        _layers(data, where)
+        return convert.from_json(cls, data, where)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartsSplit(convert.Record):
+    """The ranges of a split into `shards` (nearly) equal ranges, each from its parts and from the whole."""
+
+    shards: int
+    ranges: tuple[PartsRow, ...]
+
+    NON_EMPTY = ("ranges",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartsFigures(convert.Record):
+    """A model's ranges run from its parts against from the whole file (`parts` of bench.json, beside the
+    memory table; dgr.verify.bench.fromparts measures it)."""
+
+    files: int
+    """The files of the parts of the model (`dgr parts`), the metadata's among them."""
+    whole_bytes: int
+    """The size of the whole model file: what every machine stores without the parts."""
+    rounds: int
+    """The paired rounds of the load times."""
+    prefill_tokens: int
+    n_ctx: int
+    """The prompt every range decodes, and its context, before its peak RSS is read."""
+    splits: tuple[PartsSplit, ...]
+
+    NON_EMPTY = ("splits",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,6 +264,8 @@ class ModelBench(convert.Record):
     in_process: tuple[SplitCost, ...]
     workers: tuple[SplitCost, ...]
     memory: tuple[MemoryRow, ...]
+    parts: PartsFigures
+    """Its ranges run from its parts against from the whole file."""
     chart: str | None = None
     upstream_comparison: Comparison | None = field(default=None, metadata=convert.OMIT_NONE)
     """`--rpc`: perplexity and llama-bench of this model, patched without a range vs upstream."""
@@ -250,6 +321,8 @@ class BenchResult(convert.Record):
     in_process: tuple[SplitCost, ...]
     workers: tuple[SplitCost, ...]
     memory: tuple[MemoryRow, ...]
+    parts: PartsFigures
+    """The default model's ranges run from its parts against from the whole file."""
     codec: Mapping[str, CodecSpeed]
     """"cpp" (the worker's codec) and "python"."""
     build: Figures
@@ -298,7 +371,8 @@ class BenchResult(convert.Record):
         fmt = convert.mapping(data, where).get("format")
         if fmt != BENCH_FORMAT:
             newer = isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > BENCH_FORMAT
-            made = "a newer dgr" if newer else "an older dgr (best-of ratios, perplexity compared as text)"
+            lacks = OLDER_FORMATS.get(fmt) if isinstance(fmt, int) and not isinstance(fmt, bool) else None
+            made = "a newer dgr" if newer else "an older dgr" + (f" ({lacks})" if lacks else "")
             raise ConfigError(
                 f"{where}: format {fmt} is not {BENCH_FORMAT}: made by {made}; rerun `dgr bench`"
             )

@@ -442,6 +442,8 @@ class BackendLock:
 class ToolchainLock:
     cmake: str
     ninja: str
+    ccache: str
+    """The compiler cache every build compiles through (dgr.builds.cmake.CompilerCache)."""
     generator: str
     build_type: str
     base_targets: tuple[str, ...]
@@ -467,6 +469,7 @@ class ToolchainLock:
         return ToolchainLock(
             cmake=tc.cmake,
             ninja=tc.ninja,
+            ccache=tc.ccache,
             generator=tc.generator,
             build_type=tc.build_type,
             base_targets=tc.base_targets,
@@ -488,6 +491,7 @@ class ToolchainLock:
         toolchain: dict[str, Any] = {
             "cmake": self.cmake,
             "ninja": self.ninja,
+            "ccache": self.ccache,
             "generator": self.generator,
             "build_type": self.build_type,
             "base_targets": list(self.base_targets),
@@ -534,6 +538,7 @@ class _ToolsTable:
 class _ToolchainTable:
     cmake: Version
     ninja: Version
+    ccache: Version
     generator: Annotated[str, _NINJA_ONLY]
     build_type: str
     base_targets: Strings

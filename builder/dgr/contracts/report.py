@@ -35,15 +35,24 @@ NATIVE: Evidence = "native test"
 SYNTHETIC: Evidence = "synthetic fixture"
 REAL_MODEL: Evidence = "real model"
 
-REPORT_FORMAT = 2
-"""2: a check the device could not run (`device_failure`) is not a passed check (format 1 passed it)."""
+REPORT_FORMAT = 3
+"""2: a check the device could not run (`device_failure`) is not a passed check (format 1 passed it).
+3: a check that compared nothing (`not_compared`: a graph variant built in neither tree, an architecture
+without a model) is listed apart, not passed (format 2 passed it); a group passes only with a passed check;
+an upstream test failing on both builds is counted apart only where the series declares it (format 2
+counted every such test apart)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Check(convert.Record):
-    """One check of `dgr verify`: what it proves (group, evidence class), its figures, pass or fail, or a
-    device failure (`device_failure`: the GPU driver crashed or hung where upstream's own test fails too; the
-    check did not run, so it is not passed, and it is counted apart from the failed ones)."""
+    """One check of `dgr verify`: what it proves (group, evidence class), its figures, pass or fail, or one of
+    three outcomes counted apart, none of them a pass (a check holds at most one, and is then not passed):
+
+    - a device failure (`device_failure`: the GPU driver crashed or hung where the unpatched build's own test
+      fails too on the same device; the check did not run);
+    - a failure on upstream too (`upstream_failure`, below);
+    - listed, not compared (`not_compared`: there was nothing to compare, e.g. a variant that upstream's
+      generator builds in neither tree; `detail` says why)."""
 
     group: Group
     name: str
@@ -54,13 +63,20 @@ class Check(convert.Record):
     device_failure: bool = field(default=False, metadata=convert.OMIT_EMPTY)
     upstream_failure: bool = field(default=False, metadata=convert.OMIT_EMPTY)
     """Upstream's own test that fails on the unpatched baseline build as on the patched one (the `upstream`
-    group): not a pass, and no failure of the series; counted apart, like a device failure."""
+    group), where the series declares that it may (series/verify.toml, with why): not a pass, and no failure
+    of the series; counted apart, like a device failure."""
+    not_compared: bool = field(default=False, metadata=convert.OMIT_EMPTY)
+    """Listed, not compared: the check had nothing to compare (`detail` says why); not a pass."""
 
     def __post_init__(self) -> None:
         if self.passed and self.device_failure:
             raise ConfigError(f"{self.id}: a device failure is not a passed check")
         if self.upstream_failure and (self.passed or self.device_failure):
             raise ConfigError(f"{self.id}: a failure on upstream too is neither a pass nor a device failure")
+        if self.not_compared and (self.passed or self.device_failure or self.upstream_failure):
+            raise ConfigError(
+                f"{self.id}: a check that compared nothing is neither a pass nor a failure of another kind"
+            )
 
     @property
     def id(self) -> str:
@@ -68,25 +84,29 @@ class Check(convert.Record):
 
     @property
     def failed(self) -> bool:
-        """Neither passed nor a device failure nor a failure on upstream too."""
-        return not self.passed and not self.device_failure and not self.upstream_failure
+        """Neither passed nor one of the outcomes counted apart (device failure, failure on upstream too,
+        not compared)."""
+        return not (self.passed or self.device_failure or self.upstream_failure or self.not_compared)
 
     @property
     def outcome(self) -> str:
         if self.upstream_failure:
             return "FAILS UPSTREAM TOO"
+        if self.not_compared:
+            return "LISTED"
         return "PASS" if self.passed else "DEVICE FAILURE" if self.device_failure else "FAIL"
 
 
 @dataclass(frozen=True)
 class Counts:
-    """How many checks passed, were device failures, failed on upstream too, failed: a device failure or a
-    failure on upstream too is never a pass."""
+    """How many checks passed, were device failures, failed on upstream too, were listed without a
+    comparison, failed: only a passed check is a pass."""
 
     passed: int
     device_failures: int
     failed: int
     upstream_failures: int = 0
+    not_compared: int = 0
 
     @classmethod
     def of(cls, checks: Iterable[Check]) -> Counts:
@@ -96,27 +116,30 @@ class Counts:
             device_failures=sum(c.device_failure for c in found),
             failed=sum(c.failed for c in found),
             upstream_failures=sum(c.upstream_failure for c in found),
+            not_compared=sum(c.not_compared for c in found),
         )
 
     @property
     def total(self) -> int:
-        return self.passed + self.device_failures + self.upstream_failures + self.failed
+        return self.passed + self.device_failures + self.upstream_failures + self.not_compared + self.failed
 
     @property
     def ok(self) -> bool:
-        """A run that is not a failure: at least one check, and none failed (zero checks verify nothing)."""
-        return self.total > 0 and self.failed == 0
+        """A pass: at least one check passed, and none failed. Device failures, failures on upstream too and
+        checks that compared nothing are no failure, and, alone, no pass either (they verified nothing)."""
+        return self.passed > 0 and self.failed == 0
 
     def text(self) -> str:
-        """`160 passed, 1 device failure (driver), 5 failing on upstream too, 0 failed`; `no checks: nothing
-        was verified`."""
+        """`160 passed, 1 device failure (driver), 5 failing on upstream too, 27 not compared (listed), 0
+        failed`; `no checks: nothing was verified`."""
         if not self.total:
             return "no checks: nothing was verified"
         n = self.device_failures
         device = f"{n} device failure{'s' if n != 1 else ''} (driver), " if n else ""
         u = self.upstream_failures
         upstream = f"{u} failing on upstream too, " if u else ""
-        return f"{self.passed} passed, {device}{upstream}{self.failed} failed"
+        listed = f"{self.not_compared} not compared (listed), " if self.not_compared else ""
+        return f"{self.passed} passed, {device}{upstream}{listed}{self.failed} failed"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +154,9 @@ class Report(convert.Record):
     durations_s: Mapping[str, float] = field(default_factory=dict)
     checks: tuple[Check, ...]
     harness: Harness | None = field(default=None, metadata=convert.OMIT_NONE)
+    reused: Mapping[str, str] = field(default_factory=dict, metadata=convert.OMIT_EMPTY)
+    """The parts whose checks were taken from a result kept for the same binaries, models and harness (part ->
+    the key of the result in `<cache>/results/`, dgr.verify.checks.results)."""
 
     @property
     def counts(self) -> Counts:
@@ -138,11 +164,17 @@ class Report(convert.Record):
 
     @property
     def passed(self) -> bool:
-        """At least one check, and none failed (a device failure is counted apart, see Check)."""
-        return self.counts.ok
+        """Every group it ran passes (`Counts.ok`: a check of the group passed, and none failed), and it ran
+        one: a group of device failures, failures on upstream too or checks that compared nothing is no
+        pass."""
+        return bool(self.groups) and not self.groups_not_passed() and self.counts.failed == 0
 
     def group(self, group: Group) -> list[Check]:
         return [c for c in self.checks if c.group == group]
+
+    def groups_not_passed(self) -> list[Group]:
+        """The groups it ran that do not pass: no check of theirs passed, or one failed."""
+        return [g for g in self.groups if not Counts.of(self.group(g)).ok]
 
     def problems(self, digest: str, groups: tuple[Group, ...] = GROUPS) -> list[str]:
         """Why this is not a complete pass of `groups` for the inputs `digest` (empty: it is one)."""
@@ -157,6 +189,12 @@ class Report(convert.Record):
             )
         if not self.checks:
             found.append("it holds no check")
+        unpassed = [g for g in groups if g not in missing and not Counts.of(self.group(g)).passed]
+        if unpassed:
+            found.append(
+                "no check passed in the group(s) "
+                + ", ".join(f"{g} ({Counts.of(self.group(g)).text()})" for g in unpassed)
+            )
         failed = [c.id for c in self.checks if c.failed]
         if failed:
             found.append(f"{len(failed)} check(s) failed: {', '.join(failed)}")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dgr.contracts import convert
+from dgr.contracts.bench import PartsRow
 from dgr.contracts.modellock import ModelLock
 from dgr.contracts.upstreambench import Comparison, Rpc
 from dgr.export.apisurface import Item
@@ -148,6 +149,47 @@ class PullFacts(Pull):
 
 
 @dataclass(frozen=True)
+class Spread:
+    """The lowest and the highest of a figure over the ranges of a split."""
+
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class PartsSplitFacts:
+    """A model split into `shards` ranges, each loaded from the files that hold only its tensors against from
+    the whole file: every range's figures, and over them the lowest and the highest of each."""
+
+    shards: int
+    ranges: tuple[PartsRow, ...]
+    stored: Spread
+    """The bytes one machine stores: the size of its range's files."""
+    share: Spread
+    """Those bytes over the whole file's."""
+    load: Spread
+    """The median of each range's paired rounds: loads per second from its files / from the whole file."""
+    rss_mmap: Spread
+    rss_no_mmap: Spread
+    """The peak RSS of each range's process loaded from its files / from the whole file, mmap on, off."""
+
+
+@dataclass(frozen=True)
+class PartsFacts:
+    """One model's ranges from the files that hold only their tensors (the bench's `parts`)."""
+
+    model_file: str
+    n_layer: int
+    whole_bytes: int
+    files: int
+    """The files the model is cut into."""
+    rounds: int
+    prefill_tokens: int
+    n_ctx: int
+    splits: tuple[PartsSplitFacts, ...]
+
+
+@dataclass(frozen=True)
 class PackageContext:
     """Everything the templates show, in series order."""
 
@@ -177,6 +219,8 @@ class PackageContext:
     rpc_better: tuple[str, ...]
     rpc_head_args: str
     rpc_ports: tuple[int, ...]
+    parts: tuple[PartsFacts, ...]
+    """Every model's ranges from their own files against from the whole file, the default model first."""
     model: ModelLock
     """The default model, with the wheels it is downloaded from."""
     cmake_options: tuple[str, ...]

@@ -16,7 +16,9 @@ Steps (nothing is written unless every one succeeds):
     the pin's history is the git history of locks/upstream.toml), or, without one, why there is none;
     read upstream's pull request template, CI command and perplexity text at the pin, and render the
     documents (Jinja2 templates in upstream-package/templates/); the kept section must be verbatim, and no
-    file may carry a word of ours (code included) or a placeholder outside the submitter's marks (LintError);
+    document may carry a word of ours (code included; upstream's `upstream_identifiers` excepted, each checked
+    against the pinned tree, ConfigError) or a placeholder outside the submitter's marks, nor range-diff.txt
+    a word of ours in a line of the series (upstream's code quoted there is upstream's) (LintError);
  8. write everything to a staging directory next to --out and rename it into place.
 """
 
@@ -114,6 +116,14 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
     with log.step(f"obtain upstream {pin.short}"):
         got = upstream.obtain(ctx.cache, pin, plan.sources, mirror)
     identity = gitops.Identity.from_locks(plan.toolchain_lock, pin)
+    unknown = upstream_package.identifier_problems(config, got.repo, pin.commit)
+    if unknown:
+        raise ConfigError(
+            f"{PACKAGE_DIR}/{CONFIG_FILE}: {len(unknown)} upstream identifier(s) not in the pinned tree",
+            detail="\n".join(unknown),
+            hint="list in upstream_identifiers only identifiers of llama.cpp at the pin that the package "
+            "quotes (an error of upstream's names one); reword what is ours instead",
+        )
     with ctx.cache.tmpdir("export-upstream") as tmp:
         applied = apply.apply_series(got.repo, pin.commit, list(plan.patches), identity, tmp / "series")
         series = branches.AppliedSeries(
@@ -174,7 +184,13 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
             for name in generated.PACKAGED:
                 documents[f"rules/{name}"] = (repo.root / generated.RULES_DIR / name).read_text()
         for name, text in documents.items():
-            problems += upstream_package.scan_package(name, text, config.deny_words)
+            if name == previous.FILE:
+                # git's quote of both series and of upstream's code around them: the series' lines only
+                problems += upstream_package.scan_range_diff(name, text, config.deny_words)
+            else:
+                problems += upstream_package.scan_package(
+                    name, text, config.deny_words, config.upstream_identifiers
+                )
             posted = name == "DISCUSSION.md" or (name.startswith("PR-") and name.endswith(".md"))
             if posted and len(text) > GITHUB_BODY_MAX:
                 problems.append(f"{name}: {len(text)} characters, GitHub takes at most {GITHUB_BODY_MAX}")
@@ -187,7 +203,8 @@ def run(ctx: Context, out: Path, mirror: Path | None = None, bench: Path | None 
                 "the rendered package is not fit to send upstream",
                 detail="\n".join(problems),
                 hint=f"reword {PACKAGE_DIR}/{CONFIG_FILE} or the templates; placeholders belong between the "
-                "submitter's marks only",
+                "submitter's marks only; an identifier of llama.cpp that holds a word of ours (quoted from "
+                f"upstream's output) goes in upstream_identifiers of {PACKAGE_DIR}/{CONFIG_FILE}",
             )
     data: dict[str, bytes] = {
         path: text.encode("utf-8", errors="surrogateescape") for path, text in documents.items()

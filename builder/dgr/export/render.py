@@ -36,10 +36,13 @@ from dgr.export.context import (
     LineCounts,
     NativeTest,
     PackageContext,
+    PartsFacts,
+    PartsSplitFacts,
     PinFacts,
     Prefix,
     PullFacts,
     Section,
+    Spread,
 )
 from dgr.export.figures import cell, fmt
 from dgr.export.measured import Measured
@@ -242,6 +245,42 @@ def _rpc_better(result: Measured) -> list[str]:
     return found
 
 
+def _spread(values: Sequence[float]) -> Spread:
+    return Spread(low=min(values), high=max(values))
+
+
+def parts_facts(measured: Measured) -> tuple[PartsFacts, ...]:
+    """Every model's ranges from their own files, with the lowest and the highest figure of each split."""
+    out = []
+    for one in measured.parts:
+        f = one.figures
+        splits = tuple(
+            PartsSplitFacts(
+                shards=s.shards,
+                ranges=s.ranges,
+                stored=_spread([r.part_bytes for r in s.ranges]),
+                share=_spread([r.part_bytes / f.whole_bytes for r in s.ranges]),
+                load=_spread([r.load.median for r in s.ranges]),
+                rss_mmap=_spread([r.peak_rss_parts_mmap / r.peak_rss_whole_mmap for r in s.ranges]),
+                rss_no_mmap=_spread([r.peak_rss_parts_no_mmap / r.peak_rss_whole_no_mmap for r in s.ranges]),
+            )
+            for s in f.splits
+        )
+        out.append(
+            PartsFacts(
+                model_file=one.model.file,
+                n_layer=one.model.n_layer,
+                whole_bytes=f.whole_bytes,
+                files=f.files,
+                rounds=f.rounds,
+                prefill_tokens=f.prefill_tokens,
+                n_ctx=f.n_ctx,
+                splits=splits,
+            )
+        )
+    return tuple(out)
+
+
 def _ctest_regex(names: Sequence[str]) -> str:
     """`ctest -R` for exactly `names` (regex characters escaped, `-` kept as it is)."""
     return "^(" + "|".join(re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", n) for n in names) + ")$"
@@ -418,6 +457,7 @@ def context(
             for arg in _after(measured.rpc.head_args, "--rpc")
             for a in arg.split(",")
         ),
+        parts=parts_facts(measured),
         model=model,
         cmake_options=tuple(_cmake_options(plan.toolchain_lock)),
         questions=config.questions,

@@ -1,6 +1,13 @@
 """The upstream package's configuration (upstream-package/package.toml) and the lints of
 `dgr export-upstream`: words of ours, whitespace errors, files outside a concern's paths, the form of a
-pull request title, and placeholders left in the rendered package."""
+pull request title, and placeholders left in the rendered package.
+
+What is linted follows who wrote it. The documents (`*.md`) are prose of ours: words of ours anywhere (code
+blocks included), placeholders outside the submitter's marks. range-diff.txt quotes the series and
+upstream's code around it: only the lines of the series (its subjects, messages and added lines) are ours,
+and no placeholder is looked for (upstream's `std::vector<float>` or `FIXME` is code, not a gap in our
+prose). Upstream's own identifiers that hold a word of ours (`upstream_identifiers` of package.toml, each
+found in the pinned tree) are upstream's when the documents quote them."""
 
 from __future__ import annotations
 
@@ -22,11 +29,17 @@ DEFAULT_MECHANICAL_PATHS = ("src/models/*.cpp",)
 """The files whose lines are the same change repeated (one per architecture), counted apart."""
 DEFAULT_TEST_PATHS = ("tests/**",)
 LineKind = Literal["core", "tests", "mechanical"]
+PullFigures = Literal["parts"]
+"""Measured figures a pull request's description shows beside its own (`figures` of a `[[pulls]]` table):
+`parts`, every model's ranges loaded from the files that hold only their tensors against from the whole
+file (the bench result's `parts`), in the pull request that lets a range load from such files."""
 TITLE_MAX = 72
 """A pull request title, and the squashed commit's subject upstream derives from it."""
 TITLE_FORM = re.compile(r"^[a-z0-9][a-z0-9_.+/-]*(?:, ?[a-z0-9][a-z0-9_.+/-]*)* : \S.*\S$")
 """`<module> : <title>` (CONTRIBUTING.md of llama.cpp), modules lower case, comma separated."""
 BRANCH_FORM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
+IDENTIFIER_FORM = re.compile(r"^[A-Za-z0-9_]+$")
+"""An identifier of upstream's (`upstream_identifiers`): letters, digits and `_`, matched as a whole token."""
 
 
 Text = Annotated[str, convert.NON_EMPTY_TEXT]
@@ -73,6 +86,8 @@ class Pull:
     patches: tuple[str, ...]
     why: str = ""
     """Why these patches go together (or apart): facts, shown in the README and DISCUSSION.md."""
+    figures: tuple[PullFigures, ...] = ()
+    """The measured figures its description shows beside its own (`PullFigures`)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +137,10 @@ class Config:
     concerns: tuple[Concern, ...]
     questions: tuple[str, ...]
     line_globs: LineGlobs = field(default_factory=LineGlobs)
+    upstream_identifiers: tuple[str, ...] = ()
+    """Upstream's identifiers that hold a word of ours (a GGUF key that an error of upstream's names): masked
+    before the words of ours are looked for in the documents; each must be in the pinned tree
+    (`identifier_problems`)."""
 
     def concern(self, patch: str) -> Concern | None:
         return next((c for c in self.concerns if c.patch == patch), None)
@@ -147,6 +166,7 @@ class _PullTable:
     title: Text
     patches: Strings
     why: str = ""
+    figures: tuple[PullFigures, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -167,6 +187,24 @@ class _PackageFile:
     discussion: _DiscussionTable = field(default_factory=_DiscussionTable)
     mechanical_paths: Strings = DEFAULT_MECHANICAL_PATHS
     test_paths: Strings = DEFAULT_TEST_PATHS
+    upstream_identifiers: tuple[Annotated[str, convert.matches(IDENTIFIER_FORM, "an identifier")], ...] = ()
+
+
+def _identifier_problems(doc: _PackageFile) -> list[str]:
+    """An upstream identifier must hold a word of ours, and more than the word: `routing_block_count` lets
+    that key through, `routing` would let the word itself through everywhere."""
+    pattern = deny_pattern(doc.deny_words)
+    problems = []
+    for i, ident in enumerate(doc.upstream_identifiers):
+        found = pattern.search(ident)
+        if found is None:
+            problems.append(f"upstream_identifiers[{i}]: {ident!r} holds no word of ours: remove it")
+        elif found.group(0) == ident:
+            problems.append(
+                f"upstream_identifiers[{i}]: {ident!r} is a word of ours itself, not an identifier that "
+                "holds one"
+            )
+    return problems
 
 
 def _pull_problems(doc: _PackageFile, series: list[str]) -> list[str]:
@@ -206,7 +244,7 @@ def load_config(path: Path, series: list[str]) -> Config:
     except ConfigError as exc:
         problems = convert.problems(exc)
     if doc is not None:
-        problems = _pull_problems(doc, series) + _concern_problems(doc, series)
+        problems = _pull_problems(doc, series) + _concern_problems(doc, series) + _identifier_problems(doc)
     if doc is None or problems:
         raise ConfigError(
             f"{path}: invalid upstream package configuration ({len(problems)} problem(s))",
@@ -220,11 +258,28 @@ def load_config(path: Path, series: list[str]) -> Config:
         doc.drop_trailers,
         doc.api_headers,
         doc.upstream,
-        tuple(Pull(i + 1, p.branch, p.title, p.patches, p.why.strip()) for i, p in enumerate(doc.pulls)),
+        tuple(
+            Pull(i + 1, p.branch, p.title, p.patches, p.why.strip(), p.figures)
+            for i, p in enumerate(doc.pulls)
+        ),
         tuple(sorted(doc.concerns, key=lambda c: series.index(c.patch))),
         doc.discussion.questions,
         LineGlobs(tests=doc.test_paths, mechanical=doc.mechanical_paths),
+        doc.upstream_identifiers,
     )
+
+
+def identifier_problems(config: Config, git_dir: Path, commit: str) -> list[str]:
+    """The `upstream_identifiers` that the pinned tree (`commit` of `git_dir`) does not hold as a whole word:
+    an identifier the tree lacks is not upstream's to quote."""
+    problems = []
+    for ident in config.upstream_identifiers:
+        found = gitops.git(["grep", "-q", "-w", "-F", "-e", ident, commit], cwd=git_dir, check=False)
+        if found.returncode == 1:
+            problems.append(f"upstream_identifiers: {ident!r} is not in llama.cpp {commit[:12]}")
+        elif found.returncode != 0:
+            raise GitError(f"git grep {ident} {commit[:12]} failed", detail=found.stderr)
+    return problems
 
 
 # --------------------------------------------------------------------------- paths
@@ -382,14 +437,25 @@ def submitter_lines(text: str) -> set[int]:
     return lines
 
 
-def scan_package(name: str, text: str, words: tuple[str, ...]) -> list[str]:
-    """Words of ours anywhere (code included), and placeholders (`<...>`, TODO, XXX) outside the
-    submitter's marked sections, in one rendered file."""
+def mask_identifiers(line: str, identifiers: tuple[str, ...]) -> str:
+    """`line` with each of upstream's `identifiers` (a whole token: not inside a longer run of letters,
+    digits and `_`) blanked out, so that the words of ours in it are not looked for."""
+    for ident in identifiers:
+        line = re.sub(rf"(?<![A-Za-z0-9_]){re.escape(ident)}(?![A-Za-z0-9_])", " " * len(ident), line)
+    return line
+
+
+def scan_package(
+    name: str, text: str, words: tuple[str, ...], upstream_identifiers: tuple[str, ...] = ()
+) -> list[str]:
+    """Words of ours anywhere (code included; upstream's `upstream_identifiers` excepted), and placeholders
+    (`<...>`, TODO, XXX) outside the submitter's marked sections, in one rendered document."""
     pattern = deny_pattern(words)
     skip = submitter_lines(text)
     found = []
     for number, line in enumerate(text.split("\n"), start=1):
-        found += [f"{name}:{number}: word of ours {m.group(1)!r}" for m in pattern.finditer(line)]
+        ours = mask_identifiers(line, upstream_identifiers)
+        found += [f"{name}:{number}: word of ours {m.group(1)!r}" for m in pattern.finditer(ours)]
         if number in skip:
             continue
         for m in _ANGLE.finditer(line):
@@ -400,3 +466,58 @@ def scan_package(name: str, text: str, words: tuple[str, ...]) -> list[str]:
             for m in _WORD.finditer(line)
         ]
     return found
+
+
+# --------------------------------------------------------------------------- the lint of range-diff.txt
+
+_SECTION = re.compile(r"^ ## (.+) ##$")
+"""A section of a patch as `git range-diff` shows it: ` ## Metadata ##`, ` ## Commit message ##`,
+` ## <path> ##`."""
+_MESSAGE_SECTIONS = ("Metadata", "Commit message")
+
+
+def range_diff_lines(text: str) -> list[tuple[int, str]]:
+    """The lines of a `git range-diff` (no colour) that the series wrote, with their numbers (1-based): every
+    line that is not git's quote of a patch (the commit pairs with their subjects, the header dgr writes),
+    and of the quoted patches their author, their message and the lines they add (`+` after the outer mark,
+    from either series). Upstream's lines (context, removed lines, the function named by a hunk header, the
+    paths) are left out.
+
+    A quoted patch is indented by 4 spaces and an outer mark (` `, `-`, `+`); git's own hunk headers are
+    `@@ <section>` at the indent, and a patch's sections start at ` ## <name> ##` lines."""
+    ours: list[tuple[int, str]] = []
+    section: str | None = None
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        if not line.startswith("    "):
+            ours.append((number, line))
+            section = None
+            continue
+        rest = line[4:]
+        if rest.startswith("@@"):
+            title = rest[2:].split(":", 1)[0].strip()
+            if title:
+                section = "message" if title in _MESSAGE_SECTIONS else "diff"
+            continue
+        inner = rest[1:]
+        if match := _SECTION.match(inner):
+            section = "message" if match.group(1) in _MESSAGE_SECTIONS else "diff"
+        elif section == "diff":
+            if inner.startswith("+"):
+                ours.append((number, inner[1:]))
+        else:
+            # the message and the author, or a line before git named its section: ours either way
+            ours.append((number, inner))
+    return ours
+
+
+def scan_range_diff(name: str, text: str, words: tuple[str, ...]) -> list[str]:
+    """Words of ours in the lines of range-diff.txt that the series wrote (`range_diff_lines`); upstream's
+    code quoted around them is upstream's, and no placeholder is looked for in code."""
+    pattern = deny_pattern(words)
+    return [
+        f"{name}:{number}: word of ours {m.group(1)!r} in a line of the series: {line.strip()}"
+        for number, line in range_diff_lines(text)
+        for m in pattern.finditer(line)
+    ]

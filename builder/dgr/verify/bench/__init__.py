@@ -3,6 +3,9 @@
 - split: prefill (64 and 512 tokens) and decode tokens/s of the whole model vs 2, 3 and 5 ranges, (a) all
   ranges in one process (`layer-bench split`), (b) one worker process per range over pipes; ratios to whole;
 - memory: model bytes, KV bytes and peak RSS per range vs its owned fraction, and a PNG chart;
+- parts (dgr.verify.bench.fromparts): per range of 2, 3 and 5 ranges, the bytes of its part files against the
+  whole file, its load from its parts against from the whole file, and its peak RSS from each, mmap on and
+  off;
 - both for every locked model (`model_bench`; the default model's at the top of bench.json, the others'
   under `models.<name>`);
 - codec: bundle encode + decode GB/s vs memcpy of the same bytes (C++ worker codec and Python codec);
@@ -22,12 +25,14 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
 
 from dgr.contracts.bench import BenchModel, Machine, ModelBench
 from dgr.core import log
-from dgr.verify.bench import memory, split
+from dgr.verify.bench import fromparts, memory, split
 from dgr.verify.models import inventory
+from dgr.verify.models.parts import ModelParts
 
 
 def machine() -> Machine:
@@ -50,10 +55,18 @@ def machine() -> Machine:
 
 
 def model_bench(
-    bin_dir: Path, name: str, model_path: Path, quick: bool, threads: int, ctx: int, chart: Path
+    bin_dir: Path,
+    name: str,
+    model_path: Path,
+    quick: bool,
+    threads: int,
+    ctx: int,
+    chart: Path,
+    parts: Callable[[], ModelParts],
 ) -> ModelBench:
-    """The split cost (in one process and one worker per range) and the memory table of one model (the
-    default one and every other locked model alike), with its memory chart at `chart`."""
+    """The split cost (in one process and one worker per range), the memory table and the figures from the
+    parts (`parts`: the model's parts, checked, or written into the cache, when first asked) of one model
+    (the default one and every other locked model alike), with its memory chart at `chart`."""
     inv = inventory.read(model_path)
     worker = bin_dir / "layer-worker"
     with log.step(f"{name}: split cost, all ranges in one process"):
@@ -65,6 +78,8 @@ def model_bench(
     with log.step(f"{name}: memory per range"):
         rows = memory.measure(worker, model_path, inv, quick, ctx)
     png = memory.chart(rows, chart, model_path.stem, ctx)
+    with log.step(f"{name}: each range from its parts against from the whole file"):
+        from_parts = fromparts.measure(worker, model_path, parts(), quick, ctx)
     return ModelBench(
         model=BenchModel(file=model_path.name, n_layer=inv.n_layer, bytes=inv.n_bytes, name=name),
         hop_bytes_per_token=inv.n_embd * 4,
@@ -72,5 +87,6 @@ def model_bench(
         workers=workers,
         batched=batched,
         memory=rows,
+        parts=from_parts,
         chart=str(png) if png else None,
     )

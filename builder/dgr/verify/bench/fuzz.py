@@ -2,7 +2,9 @@
 executions (`dgr bench --fuzz`) or a time limit (`dgr bench --fuzz-only --fuzz-seconds N`, what CI runs).
 
 libFuzzer writes what it finds (`crash-<sha1>`, `timeout-…`, `leak-…`) into the cache's `fuzz/findings/`
-and exits non-zero; the result records the exit code and the tail of its report, and the command fails."""
+and exits non-zero; the result records the exit code and the tail of its report, and the command fails. A
+run that executed fewer inputs than `MIN_EXECUTIONS` (or than the `--fuzz-runs` asked for, when fewer) fails
+too, whatever its exit code: a fuzzer that ran nothing found nothing."""
 
 from __future__ import annotations
 
@@ -21,6 +23,15 @@ from dgr.errors import BenchError, ConfigError
 from dgr.verify.wire import bundle, frames
 
 DEFAULT_RUNS = 1_000_000
+MIN_EXECUTIONS = 100_000
+"""The fewest executions that make a fuzz run: CI's 120 s run made 490,842 to 1,037,340 on 2 cores
+(docs/records/ci-2026-12-05.md, ci-2026-12-06.md), a fifth of the fewest passes; a run of 0 executions does
+not. A `--fuzz-runs` below it is its own minimum."""
+
+
+def required_executions(runs: int | None) -> int:
+    """The executions a run asked for `runs` (None: a time limit, or the default runs) must reach."""
+    return MIN_EXECUTIONS if runs is None else min(runs, MIN_EXECUTIONS)
 
 
 def compiler() -> str:
@@ -101,6 +112,7 @@ def run(
         **({"runs_requested": runs} if runs is not None else {}),
         **({"seconds_requested": seconds} if seconds is not None else {}),
         "executions": int(stats.get("number_of_executed_units", 0)),
+        "executions_required": required_executions(runs),
         "seconds": round(elapsed, 1),
         "exec_per_s": int(stats.get("average_exec_per_sec", 0)),
         "crashes": int(crashed),
@@ -111,12 +123,23 @@ def run(
     }
 
 
-def crashed(fuzzed: Mapping[str, Any] | None) -> None:
-    """BenchError (exit 1) naming what libFuzzer found, when it found something."""
-    if fuzzed is not None and fuzzed.get("crashes", 0):
+def judge(fuzzed: Mapping[str, Any] | None) -> None:
+    """BenchError (exit 1) naming what libFuzzer found, when it found something, or the executions and the
+    minimum, when it ran fewer than that (nothing to judge: None)."""
+    if fuzzed is None:
+        return
+    if fuzzed.get("crashes", 0):
         found = str(fuzzed.get("findings", "")) or "(no file written)"
         raise BenchError(
             f"the fuzzer found a crash (libFuzzer exit {fuzzed.get('exit_code')}): {found}",
             detail=str(fuzzed.get("tail", "")),
             hint=f"reproduce it with `{fuzzed.get('binary')} {found.split(', ')[0]}`",
+        )
+    ran, required = int(fuzzed.get("executions", 0)), int(fuzzed.get("executions_required", MIN_EXECUTIONS))
+    if ran < required:
+        raise BenchError(
+            f"the fuzzer ran {ran:,} executions, fewer than the minimum of {required:,}: too few to pass",
+            expected=f"at least {required:,} executions (libFuzzer's stat::number_of_executed_units)",
+            actual=f"{ran:,} in {fuzzed.get('seconds', 0)} s, libFuzzer exit {fuzzed.get('exit_code')}",
+            hint="give it more time (--fuzz-seconds) or runs (--fuzz-runs), or see why the fuzzer stopped",
         )

@@ -29,6 +29,36 @@ def table_ranges(n_layer: int, quick: bool = False) -> list[tuple[int, int]]:
     return [r for r in dict.fromkeys(ranges) if 0 <= r[0] < r[1] <= n_layer]
 
 
+def prefill_tokens(worker: Path, model_path: Path) -> list[int]:
+    """The `PREFILL_TOKENS` tokens of the prompt every range decodes before its peak RSS is read."""
+    with Worker(worker, "mem-tokenizer") as w:
+        w.load(model_path, (0, 1))
+        return list(w.request("tokenize", text=prompts.LONG).header["tokens"][:PREFILL_TOKENS])
+
+
+def _decode_fields(tokens: Sequence[int]) -> dict[str, Any]:
+    return {"session": "m", "epoch": 1, "pos": 0, "n_tokens": len(tokens), "logits": "none"}
+
+
+def hidden_state(
+    worker: Path, model_path: Path, begin: int, tokens: Sequence[int], context: ContextParams
+) -> bytes:
+    """The bundle of the hidden state of `tokens` entering layer `begin`, from a worker of the layers
+    [0, begin) of `model_path` (a separate process: its memory is not counted)."""
+    with Worker(worker, f"mem-feed[0,{begin})") as feed:
+        feed.load(model_path, (0, begin), context=context)
+        return feed.request("decode", tokens=list(tokens), **_decode_fields(tokens)).body
+
+
+def prefill(w: Worker, begin: int, tokens: Sequence[int], hidden: bytes) -> bytes:
+    """The prefill of `tokens` through the range of `w`, which begins at `begin`: the tokens themselves at
+    layer 0, else their hidden state `hidden` (`hidden_state`); the reply's body (before the last layer: the
+    hidden state entering the next range, as `hidden_state` gives it)."""
+    if begin == 0:
+        return w.request("decode", tokens=list(tokens), **_decode_fields(tokens)).body
+    return w.request("decode", hidden, **_decode_fields(tokens)).body
+
+
 def measure(
     worker: Path, model_path: Path, inv: inventory.Inventory, quick: bool, ctx: int = 1024
 ) -> tuple[MemoryRow, ...]:
@@ -38,23 +68,15 @@ def measure(
     n = inv.n_layer
     ranges = table_ranges(n, quick)
     context = ContextParams(n_ctx=ctx, max_sessions=1)
-    with Worker(worker, "mem-tokenizer") as w:
-        w.load(model_path, (0, 1))
-        tokens = list(w.request("tokenize", text=prompts.LONG).header["tokens"][:PREFILL_TOKENS])
-    decode: dict[str, Any] = {"session": "m", "epoch": 1, "pos": 0, "n_tokens": len(tokens), "logits": "none"}
+    tokens = prefill_tokens(worker, model_path)
     hidden: dict[int, bytes] = {}
     measured: list[tuple[int, int, int, int, int, int]] = []
     for begin, end in ranges:
         if begin > 0 and begin not in hidden:
-            with Worker(worker, f"mem-feed[0,{begin})") as feed:
-                feed.load(model_path, (0, begin), context=context)
-                hidden[begin] = feed.request("decode", tokens=tokens, **decode).body
+            hidden[begin] = hidden_state(worker, model_path, begin, tokens, context)
         with Worker(worker, f"mem[{begin},{end})") as w:
             rep = w.load(model_path, (begin, end), mmap=False, context=context)
-            if begin == 0:
-                w.request("decode", tokens=tokens, **decode)
-            else:
-                w.request("decode", hidden[begin], **decode)
+            prefill(w, begin, tokens, hidden.get(begin, b""))
             mem = w.request("memory").header
         owned = inv.expected(begin, end)
         row = (begin, end, inv.bytes_of(owned), rep["buffer_size"], mem["kv_bytes"], mem["peak_rss"])

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import re
 import tempfile
 from pathlib import Path
@@ -36,7 +35,7 @@ from dgr.contracts.upstreambench import (
     Perplexity,
     PerplexityComparison,
 )
-from dgr.core import log, proc
+from dgr.core import jsonio, log, proc
 from dgr.errors import BenchError
 from dgr.verify.bench import paired
 
@@ -106,7 +105,7 @@ def _run(cmd: list[str | Path], env: dict[str, str], what: str) -> str:
 def bench_of(output: str) -> dict[str, float]:
     """llama-bench -o json: test name (pp512, tg128) -> average tokens/s."""
     try:
-        rows = json.loads(output[output.index("[") :])
+        rows = jsonio.loads(output[output.index("[") :], "llama-bench -o json", ValueError)
     except ValueError as exc:
         raise BenchError("llama-bench printed no JSON", detail=output[-2000:]) from exc
     out: dict[str, float] = {}

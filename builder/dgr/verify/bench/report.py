@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from dgr.contracts.bench import TARGETS, BenchResult, ModelBench
+from dgr.contracts.bench import TARGETS, BenchResult, ModelBench, PartsFigures
 
 
 def bench_json(r: BenchResult) -> str:
@@ -54,7 +54,7 @@ def model_lines(m: ModelBench) -> list[str]:
     lines.extend(batched_lines(m))
     lines.append("")
     lines.append("memory per range (mmap off, after the same prefill in every range)")
-    return lines + table(
+    lines += table(
         "layers | owned | model bytes | KV bytes | peak RSS | RSS fraction",
         [
             f"[{row.layers[0]}, {row.layers[1]}) | {row.owned_fraction:.2f} | "
@@ -63,6 +63,38 @@ def model_lines(m: ModelBench) -> list[str]:
             for row in m.memory
         ],
     )
+    return lines + from_parts_lines(m.parts)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def from_parts_lines(p: PartsFigures) -> list[str]:
+    """Each range of 2, 3 and 5 ranges from its parts against from the whole file: the bytes a machine
+    stores, the load time (paired rounds), the peak RSS of its worker with mmap on and off."""
+    rows = [
+        f"{s.shards} | [{r.layers[0]}, {r.layers[1]}) | {r.files} of {p.files} | {_mib(r.part_bytes)} | "
+        f"{r.part_bytes / p.whole_bytes:.2f} | {r.load_whole_s:.3f} s | {r.load_parts_s:.3f} s | "
+        f"{r.load.text()} | {_mib(r.peak_rss_whole_mmap)} | {_mib(r.peak_rss_parts_mmap)} | "
+        f"{_mib(r.peak_rss_whole_no_mmap)} | {_mib(r.peak_rss_parts_no_mmap)}"
+        for s in p.splits
+        for r in s.ranges
+    ]
+    return [
+        "",
+        f"each range from its parts (only the files it needs) against from the whole file "
+        f"({_mib(p.whole_bytes)}, what every machine stores without the parts): stored, its files' bytes and "
+        f"their fraction of the whole file; load, worker start to model loaded (mmap on), the fastest of "
+        f"{p.rounds} paired round{'s' if p.rounds != 1 else ''} of each, and loads/s from the parts / from "
+        f"the whole file, the median (min-max, best-of); peak RSS of the range's worker after a "
+        f"{p.prefill_tokens}-token prefill (n_ctx {p.n_ctx}), mmap on and off",
+        *table(
+            "shards | layers | files | stored | of the whole | load whole | load parts | parts / whole | "
+            "RSS mmap whole | RSS mmap parts | RSS no mmap whole | RSS no mmap parts",
+            rows,
+        ),
+    ]
 
 
 def batched_lines(m: ModelBench) -> list[str]:

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import statistics
 import time
@@ -14,7 +13,7 @@ from typing import Any
 
 from dgr.contracts.bench import BatchedCost, BenchResult, Speed, SplitCost, StageParts
 from dgr.contracts.paired import Paired
-from dgr.core import proc
+from dgr.core import jsonio, proc
 from dgr.errors import BenchError
 from dgr.verify.bench import paired
 from dgr.verify.models import inventory, prompts
@@ -45,7 +44,7 @@ def context_needed(quick: bool) -> int:
 
 def run_json(cmd: list[str | Path], env: dict[str, str]) -> Any:
     result = proc.run(cmd, env=env, error=BenchError, what=f"{Path(str(cmd[0])).name} failed")
-    return json.loads(result.stdout)
+    return jsonio.loads(result.stdout, f"the output of {Path(str(cmd[0])).name}", BenchError)
 
 
 def in_process(

@@ -1,17 +1,21 @@
 """The `archs` group: every architecture of llama.cpp's arch list in `test-llama-archs --layer-ranges`
 (added by the series): an architecture that supports layer ranges is split and its chains compared with
 the whole model, bit for bit; any other is refused at load with the standard message; one that upstream's
-random-model generator cannot build says why. One check per row, parsed from the table the test prints, and
-one for the whole table."""
+random-model generator cannot build says why (listed, not compared: no pass). One check per row, parsed
+from the table the test prints, and one for the whole table, which fails below the floor of certified
+architectures the series declares (series/verify.toml)."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache, partial
 from pathlib import Path
 from typing import Literal
 
+from dgr.contracts import expectations
 from dgr.contracts.archtable import ARCHS, ARCHS_SUMMARY, ArchRow, ArchsSummary
 from dgr.contracts.report import SYNTHETIC, Check
 from dgr.core import proc
@@ -22,6 +26,9 @@ from dgr.verify.checks.session import GroupSpec, Session
 # table is the same in every run
 ARGS = ("--layer-ranges", "-s", "42")
 TEST_NAME = "test-llama-archs-layer-ranges"
+PROGRAM = "test-llama-archs"
+GENERATE_MODELS = "test-generate-models"
+"""Upstream's test that runs PROGRAM (the unpatched build of PROGRAM is the executable of this test)."""
 SUMMARY = ARCHS_SUMMARY
 
 Status = Literal["certified", "refused", "no-model", "failed", "device-failure"]
@@ -120,32 +127,36 @@ def _row_problem(row: Row, exit_code: int, output: str) -> str:
     return ""
 
 
-def checks(output: str, exit_code: int, table: Table | None = None) -> list[Check]:
-    """One check per row (certified, refused at load with the standard message, or no model with a reason
-    passes; a device failure with its evidence is a device failure, neither passed nor failed; a mismatch,
-    another error or a crash fails), and one for the
-    whole table: every architecture of the arch list has a row, and the test exited with 0."""
+def checks(output: str, exit_code: int, table: Table | None = None, *, floor: int) -> list[Check]:
+    """One check per row (certified, or refused at load with the standard message, passes; no model with a
+    reason compared nothing: it is listed, neither passed nor failed; a device failure with its evidence is
+    a device failure, neither passed nor failed; a mismatch, another error or a crash fails), and one for the
+    whole table: every architecture of the arch list has a row, at least `floor` architectures are certified,
+    and the test exited with 0."""
     table = table or parse(output)
     out: list[Check] = []
     for row in table.rows:
         problem = _row_problem(row, exit_code, output)
-        # the driver failed where upstream's own test fails too: the row did not run, so it is not passed; it
-        # is a device failure, counted apart from the passed and the failed rows
+        # the driver failed where the unpatched build's own test fails too: the row did not run, so it is not
+        # passed; it is a device failure, counted apart from the passed and the failed rows
         device_failure = row.status == "device-failure" and not problem
+        # upstream's generator builds no model of the architecture: nothing was compared
+        not_compared = row.status == "no-model" and not problem
         out.append(
             Check(
                 group=ARCHS,
                 name=row.name,
                 evidence=SYNTHETIC,
-                passed=not problem and not device_failure,
+                passed=not problem and not device_failure and not not_compared,
                 device_failure=device_failure,
+                not_compared=not_compared,
                 figures=ArchRow(
                     status=row.status or "crashed",
                     n_layer=row.n_layer,
                     ranges=row.ranges,
                     reason=row.detail if row.status in ("refused", "no-model", "device-failure") else None,
                 ).to_json(),
-                detail=problem or (row.detail if device_failure else ""),
+                detail=problem or (row.detail if device_failure or not_compared else ""),
             )
         )
     statuses: tuple[Status, ...] = ("certified", "refused", "no-model", "failed", "device-failure")
@@ -160,6 +171,11 @@ def checks(output: str, exit_code: int, table: Table | None = None) -> list[Chec
         problems.append("the test printed no summary line: it stopped before the end of the table")
     elif n_archs_rows != table.n_archs:
         problems.append(f"{n_archs_rows} architectures have a row, the arch list has {table.n_archs}")
+    if len(archs["certified"]) < floor:
+        problems.append(
+            f"{len(archs['certified'])} architectures are certified, fewer than the {floor} that "
+            f"{expectations.PATH} declares ([archs] certified_at_least)"
+        )
     if exit_code != 0:
         problems.append(f"the test exited with {exit_code}")
     out.append(
@@ -178,6 +194,7 @@ def checks(output: str, exit_code: int, table: Table | None = None) -> list[Chec
                 certified_archs=tuple(archs["certified"]),
                 no_model={r.arch: r.detail for r in table.rows if r.status == "no-model"},
                 device_failure={r.arch: r.detail for r in table.rows if r.status == "device-failure"},
+                certified_floor=floor,
             ).to_json(),
             detail="\n".join(problems),
         )
@@ -191,17 +208,32 @@ def _verify(session: Session) -> list[Check]:
     (`-b DEVICE`: logits within an NMSE tolerance, and the offload of n_gpu_layers over a range)."""
     build_dir = session.patched.path
     device = session.env.device
+    floor = session.expectations().archs.certified_at_least
     native_ran = session.native_ran
     ran = next((c for c in native_ran.checks if c.name == TEST_NAME), None) if native_ran else None
     if native_ran is not None and ran is not None and device is None:
-        return checks(native_ran.outputs[TEST_NAME], 0 if ran.passed else 1)
-    exe = build_dir / "bin" / "test-llama-archs"
+        return checks(native_ran.outputs[TEST_NAME], 0 if ran.passed else 1, floor=floor)
+    exe = build_dir / "bin" / PROGRAM
     if not exe.is_file():
-        raise VerifyError(f"the build at {build_dir} has no test-llama-archs", hint="run `dgr build`")
+        raise VerifyError(f"the build at {build_dir} has no {PROGRAM}", hint="run `dgr build`")
     if device is not None:
-        return _on_device(exe, device, build_dir)
-    result = proc.run([exe, *ARGS], check=False, error=VerifyError, what="test-llama-archs", cwd=build_dir)
-    return checks(result.stdout, result.returncode)
+        return _on_device(exe, device, build_dir, cache(partial(baseline_test, session)), floor=floor)
+    result = proc.run([exe, *ARGS], check=False, error=VerifyError, what=PROGRAM, cwd=build_dir)
+    return checks(result.stdout, result.returncode, floor=floor)
+
+
+def baseline_test(session: Session) -> Path:
+    """The unpatched build's test-llama-archs (upstream's own test, built with upstream's test executables in
+    the baseline's work build dir, for the backend of the run); VerifyError when there is none."""
+    if session.work_build is None:
+        raise VerifyError("this dgr verify has no work build dirs: no unpatched test-llama-archs to judge by")
+    exe = session.work_build(True, (GENERATE_MODELS,)) / "bin" / PROGRAM
+    if not exe.is_file():
+        raise VerifyError(
+            f"the unpatched build at {exe.parent.parent} has no {PROGRAM}",
+            hint="upstream's tests/CMakeLists.txt registers it (test-generate-models); rebuild the baseline",
+        )
+    return exe
 
 
 IDLE_TIMEOUT = 480.0
@@ -218,13 +250,19 @@ def _run(exe: Path, args: list[str], cwd: Path, idle_s: float) -> proc.Watched:
     return proc.watch([exe, *args], idle_s=idle_s, cwd=cwd, error=VerifyError)
 
 
-def _on_device(exe: Path, device: str, cwd: Path) -> list[Check]:
+UNKNOWN_DEVICE = "unknown backend device"
+"""What test-llama-archs says of a `-b DEVICE` its build has no backend for (and exits with 1)."""
+
+
+def _on_device(exe: Path, device: str, cwd: Path, baseline: Callable[[], Path], *, floor: int) -> list[Check]:
     """The table on a GPU device. A driver can crash or hang in the middle of it (Mesa 22's lavapipe crashes
     on qwen3next's MoE and hangs on qwen35 in upstream's own test): the architecture it stopped at is run in
-    upstream's own test on the device, without a range (`test-llama-archs -a ARCH -b DEVICE`); when that
-    fails too, the row is a `device-failure` with that evidence. When upstream's test passes, a row that hung
-    runs alone with a longer limit (it may have been slow); a crash, or a row that does not finish alone,
-    fails. The table then goes on without the architectures already done."""
+    upstream's own test, the unpatched build's test-llama-archs (`baseline()`, built on first use), on the
+    same device, without a range (`test-llama-archs -a ARCH -b DEVICE`); when that fails too, the row is a
+    `device-failure` with that evidence (a crash the series causes is not: upstream's test passes there).
+    When upstream's test passes, a row that hung runs alone with a longer limit (it may have been slow); a
+    crash, or a row that does not finish alone, fails. An unpatched test that does not know the device judges
+    nothing: the row fails. The table then goes on without the architectures already done."""
     rows: list[Row] = []
     n_archs: int | None = None
     exit_code = 0
@@ -248,7 +286,8 @@ def _on_device(exe: Path, device: str, cwd: Path) -> list[Check]:
         rows += [r for r in segment.rows if r.status is not None and r.arch != stopped.arch]
         kept = [r for r in segment.rows if r.arch == stopped.arch and r.status is not None]
         only = f"^{re.escape(stopped.arch)}$"
-        upstream = _run(exe, ["-s", "42", "-b", device, "-a", only], cwd, IDLE_TIMEOUT)
+        unpatched = baseline()
+        upstream = _run(unpatched, ["-s", "42", "-b", device, "-a", only], unpatched.parent, IDLE_TIMEOUT)
         how = (
             f"prints nothing for {IDLE_TIMEOUT:.0f} s"
             if upstream.stalled
@@ -259,7 +298,11 @@ def _on_device(exe: Path, device: str, cwd: Path) -> list[Check]:
             if run.stalled
             else f"the test stopped here (exit {run.returncode})"
         )
-        own = f"upstream's own test of {stopped.arch} on {device}, without a range,"
+        own = f"upstream's own test of {stopped.arch} on {device}, without a range (the unpatched build),"
+        if UNKNOWN_DEVICE in upstream.output:
+            why = f"{stop}; {own} does not know the device ({UNKNOWN_DEVICE}): it judges nothing"
+            rows += [*kept, dataclasses.replace(stopped, status="failed", detail=why)]
+            continue
         if upstream.returncode != 0:
             rows += [
                 *kept,
@@ -280,7 +323,7 @@ def _on_device(exe: Path, device: str, cwd: Path) -> list[Check]:
                 else ", and alone it stopped"
             )
         rows += [*kept, dataclasses.replace(stopped, status="failed", detail=f"{stop}, and {own} passes")]
-    return checks("\n".join(outputs), exit_code, Table(rows=rows, n_archs=n_archs))
+    return checks("\n".join(outputs), exit_code, Table(rows=rows, n_archs=n_archs), floor=floor)
 
 
 GROUP = GroupSpec(_verify)

@@ -1,7 +1,10 @@
-"""Concern 2: boundary input/output, the bundle, and split generation."""
+"""Concern 2: boundary input/output, the bundle, and split generation; every split of a locked model run
+from its parts too."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from dgr.verify.checks.report import guarded, matching_prefix, verdict
 from dgr.verify.checks.session import conformance
 from dgr.verify.models import inventory, prompts, synth
 from dgr.verify.models.env import Env, RealModel
+from dgr.verify.models.parts import ModelParts, RangeParts
 from dgr.verify.wire import bundle
 from dgr.verify.wire.client import Worker
 from dgr.verify.wire.pipeline import Pipeline
@@ -34,17 +38,32 @@ def _prefill_tokens(pipe: Pipeline, model_is_real: bool) -> list[int]:
     return [int(t) for t in rng.integers(0, synth.LLAMA_UNTIED.n_vocab, PREFILL_TOKENS)]
 
 
-def check_prefill_splits(env: Env, model: Path, evidence: Evidence, label: str) -> list[Check]:
+def check_prefill_splits(
+    env: Env,
+    model: Path,
+    evidence: Evidence,
+    label: str,
+    parts: Callable[[], ModelParts] | None = None,
+) -> list[Check]:
     """Tail logits of a split prefill vs the unsplit model's, bit for bit, for every token of the prompt,
-    for every split of inventory.shard_counts (halves, thirds, sixths, every layer alone)."""
+    for every split of inventory.shard_counts (halves, thirds, sixths, every layer alone).
+
+    With `parts` (the parts of a locked model), every split, and the whole model as one range, also runs
+    with each range loaded from its own directory of parts, compared with the run from the whole file it
+    follows (`check_parts_split`)."""
     n_layer = inventory.read(model).n_layer
     checks = []
     with Pipeline(env.worker, model, [(0, n_layer)], threads=env.threads) as whole:
         tokens = _prefill_tokens(whole, evidence == REAL_MODEL)
-        ref = whole.step("prefill", 1, 0, tokens, logits="all").logits
+        ref = whole.step(PREFILL_SESSION, 1, 0, tokens, logits="all").logits
+        ref_runs = ran(whole) if parts is not None else []
+    if parts is not None:
+        checks += _parts_split(env, parts, [(0, n_layer)], tokens, ref, ref_runs, evidence, label)
     for k in inventory.shard_counts(n_layer):
-        with Pipeline(env.worker, model, inventory.split(n_layer, k), threads=env.threads) as pipe:
-            out = pipe.step("prefill", 1, 0, tokens, logits="all").logits
+        split = inventory.split(n_layer, k)
+        with Pipeline(env.worker, model, split, threads=env.threads) as pipe:
+            out = pipe.step(PREFILL_SESSION, 1, 0, tokens, logits="all").logits
+            runs = ran(pipe) if parts is not None else []
         max_abs = float(np.abs(out - ref).max())
         exact = bool(np.array_equal(out, ref))
         figures = {
@@ -67,7 +86,188 @@ def check_prefill_splits(env: Env, model: Path, evidence: Evidence, label: str) 
                 else f"the logits differ from the unsplit model's (max abs diff {max_abs})",
             )
         )
+        if parts is not None:
+            checks += _parts_split(env, parts, split, tokens, out, runs, evidence, label)
     return checks
+
+
+PREFILL_SESSION = "prefill"
+
+
+@dataclass(frozen=True)
+class RangeRun:
+    """What the worker of one range held and kept in a run: its `load` reply (what it holds, its weight
+    buffers, its KV cache's bytes) and the state of the prefill's session (`state_save`)."""
+
+    info: dict[str, Any]
+    state: bytes
+
+
+def ran(pipe: Pipeline) -> list[RangeRun]:
+    """Each range's `RangeRun` after the prefill of PREFILL_SESSION."""
+    return [
+        RangeRun(info, w.request("state_save", session=PREFILL_SESSION, epoch=1).body)
+        for info, w in zip(pipe.info, pipe.workers, strict=True)
+    ]
+
+
+STATE_MAGIC = b"LWS1"
+STATE_HEADER = len(STATE_MAGIC) + 16 + len("[000000,000000)")
+"""A saved state begins with the magic, the model's identity (16 hex digits) and the layers the worker holds
+(docs/protocol.md, `state_save`); llama.cpp's sequence state follows."""
+
+
+def state_fields(state: bytes) -> tuple[str, str, bytes]:
+    """The model's identity, the layers and llama.cpp's sequence state of a state saved by `state_save`;
+    ValueError when it is none."""
+    if len(state) < STATE_HEADER or not state.startswith(STATE_MAGIC):
+        raise ValueError(
+            f"a state of {len(state)} bytes that does not begin with {STATE_MAGIC!r} and its header"
+        )
+    head = state[len(STATE_MAGIC) : STATE_HEADER].decode("ascii", errors="replace")
+    return head[:16], head[16:], state[STATE_HEADER:]
+
+
+OWNERSHIP_FIELDS = (
+    "n_layer",
+    "layer_begin",
+    "layer_end",
+    "partial",
+    "has_tok_embd",
+    "has_output_norm",
+    "has_output",
+    "n_tensors",
+    "n_bytes",
+    "identity",
+)
+"""The fields of a `load` reply that say what a range holds: the same from its parts as from the whole file
+(with its `tensors`, by name and bytes), the model's identity included (a hash of its metadata without the
+keys of the files it is stored in, `split.*` and `part.*`: the worker's). Not compared: `model` (the path) and
+the buffers (with mmap, one mapping per file: `mapped_bytes_*` are figures)."""
+
+
+def parts_verdict(
+    ranges: Sequence[RangeParts],
+    whole_logits: np.ndarray,
+    parts_logits: np.ndarray,
+    whole_runs: Sequence[RangeRun],
+    parts_runs: Sequence[RangeRun],
+) -> tuple[list[str], dict[str, Any]]:
+    """The problems and figures of a split run with each range from its own directory of parts against the
+    same split from the whole file: the logits equal bit for bit, and per range the same ownership
+    (OWNERSHIP_FIELDS and the tensors held, with their bytes), the same KV cache bytes and the same saved
+    state (the model's identity, the layers and llama.cpp's sequence state, bit for bit). The figures say what
+    each range's directory holds against the whole file."""
+    problems: list[str] = []
+    same_shape = whole_logits.shape == parts_logits.shape
+    exact = same_shape and bool(np.array_equal(whole_logits, parts_logits))
+    max_abs = float(np.abs(parts_logits - whole_logits).max()) if same_shape else None
+    if not exact:
+        problems.append(
+            "the logits from the parts differ from the whole file's "
+            + (
+                f"(max abs diff {max_abs})"
+                if same_shape
+                else f"(shape {parts_logits.shape} vs {whole_logits.shape})"
+            )
+        )
+    owned = states = kv = True
+    identities: set[tuple[str, str]] = set()
+    for r, a, b in zip(ranges, whole_runs, parts_runs, strict=True):
+        where = f"[{r.begin}, {r.end})"
+        for key in OWNERSHIP_FIELDS:
+            if a.info.get(key) != b.info.get(key):
+                owned = False
+                problems.append(
+                    f"{where}: {key} is {b.info.get(key)!r} from the parts, {a.info.get(key)!r} from the "
+                    "whole file"
+                )
+        held_a = {str(n): int(v) for n, v in a.info.get("tensors", [])}
+        held_b = {str(n): int(v) for n, v in b.info.get("tensors", [])}
+        if held_a != held_b:
+            owned = False
+            extra = sorted(n for n in held_b if held_a.get(n) != held_b[n])
+            missing = sorted(set(held_a) - set(held_b))
+            problems.append(
+                f"{where}: from the parts it holds other tensors: extra or of other bytes {extra[:5]}, "
+                f"missing {missing[:5]}"
+            )
+        kv_a, kv_b = (run.info.get("memory", {}).get("kv_bytes") for run in (a, b))
+        if kv_a != kv_b:
+            kv = False
+            problems.append(f"{where}: {kv_b} bytes of KV cache from the parts, {kv_a} from the whole file")
+        try:
+            (id_a, layers_a, state_a), (id_b, layers_b, state_b) = (
+                state_fields(a.state),
+                state_fields(b.state),
+            )
+        except ValueError as exc:
+            states = False
+            problems.append(f"{where}: {exc}")
+            continue
+        identities.add((id_a, id_b))
+        if id_a != id_b or layers_a != layers_b or state_a != state_b or not state_a:
+            states = False
+            problems.append(
+                f"{where}: the saved state from the parts ({id_b} {layers_b}, {len(state_b)} bytes) is not "
+                f"the whole file's ({id_a} {layers_a}, {len(state_a)} bytes)"
+            )
+    whole = ranges[0].whole_bytes
+    figures: dict[str, Any] = {
+        "shards": len(ranges),
+        "ranges": [[r.begin, r.end] for r in ranges],
+        "whole_file_bytes": whole,
+        "range_files": [len(r.files) for r in ranges],
+        "range_bytes": [r.bytes for r in ranges],
+        "range_fraction": [round(r.bytes / whole, 4) for r in ranges],
+        "mapped_bytes_whole_file": [run.info.get("buffer_size") for run in whole_runs],
+        "mapped_bytes_parts": [run.info.get("buffer_size") for run in parts_runs],
+        "logits_bit_exact": exact,
+        "max_abs_diff": max_abs,
+        "logits_compared": int(whole_logits.size),
+        "states_bit_exact": states,
+        "state_bytes": [len(run.state) for run in parts_runs],
+        "ownership_equal": owned,
+        "kv_bytes_equal": kv,
+        "identity": [{"whole_file": a, "parts": b} for a, b in sorted(identities)],
+    }
+    return problems, figures
+
+
+def check_parts_split(
+    env: Env,
+    parts: Callable[[], ModelParts],
+    split: list[tuple[int, int]],
+    tokens: list[int],
+    whole_logits: np.ndarray,
+    whole_runs: list[RangeRun],
+    evidence: Evidence,
+    label: str,
+) -> Check:
+    """The split `split` with each range loaded from its own directory of parts (only the files it needs,
+    checked as it starts: dgr.verify.models.parts.ModelParts), the same prefill as the run from the whole
+    file that gave `whole_logits` and `whole_runs`: `parts_verdict`."""
+    model_parts = parts()
+    ranges = [model_parts.range(begin, end) for begin, end in split]
+    with Pipeline(env.worker, model_parts.model_for, split, threads=env.threads) as pipe:
+        out = pipe.step(PREFILL_SESSION, 1, 0, tokens, logits="all").logits
+        runs = ran(pipe)
+    problems, figures = parts_verdict(ranges, whole_logits, out, whole_runs, runs)
+    return verdict("boundary", f"parts-split-{len(split)}/{label}", evidence, problems, figures, limit=20)
+
+
+def _parts_split(
+    env: Env,
+    parts: Callable[[], ModelParts],
+    split: list[tuple[int, int]],
+    tokens: list[int],
+    whole_logits: np.ndarray,
+    whole_runs: list[RangeRun],
+    evidence: Evidence,
+    label: str,
+) -> list[Check]:
+    fn = partial(check_parts_split, env, parts, split, tokens, whole_logits, whole_runs, evidence, label)
+    return guarded("boundary", f"parts-split-{len(split)}/{label}", evidence, fn)
 
 
 def baseline_verdict(
@@ -293,12 +493,13 @@ MODEL_CHECKS = (
 
 
 def run_model(env: Env, m: RealModel) -> list[Check]:
-    """Split prefills of the model, then MODEL_CHECKS."""
+    """Split prefills of the model, from the whole file and from its parts, then MODEL_CHECKS."""
+    parts = partial(env.parts.of, m.name) if env.parts is not None else None
     checks = guarded(
         "boundary",
         f"prefill-splits/{m.name}",
         REAL_MODEL,
-        partial(check_prefill_splits, env, m.path, REAL_MODEL, m.name),
+        partial(check_prefill_splits, env, m.path, REAL_MODEL, m.name, parts),
     )
     for name, fn in MODEL_CHECKS:
         checks += guarded("boundary", f"{name}/{m.name}", REAL_MODEL, partial(fn, env, m))

@@ -9,15 +9,14 @@ hash of the sequence state after decoding a prompt of 16 tokens. An architecture
 third variant, `nextn`, with one more layer read as a nextn layer. It is built
 against the patched tree and against upstream's (the baseline) alike; this module runs both, and one check
 per architecture variant passes when the graphs of every ubatch and the states are equal. A variant the
-generator cannot build in either tree, with the same error, is listed, not failed; one built in one tree
-only fails.
+generator cannot build in either tree, with the same error, compared nothing: it is listed (`not_compared`,
+the error its detail), neither passed nor failed; one built in one tree only fails.
 
 A crash of llama.cpp (an assertion) ends the program: the variant that began and did not finish is recorded
 as crashed with the last line of stderr, and the program runs again for the variants after it."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr.contracts.report import SYNTHETIC, Check
-from dgr.core import log, proc
+from dgr.core import jsonio, log, proc
 from dgr.errors import VerifyError
 from dgr.verify.checks.session import GroupSpec, Session
 
@@ -97,8 +96,8 @@ def _records(text: str) -> list[dict[str, Any]]:
         if not line.startswith("{"):
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = jsonio.loads(line, f"the output of {PROGRAM}", VerifyError)
+        except VerifyError:  # no strict JSON (cut short by a crash): its variant did not finish
             continue
         if (
             isinstance(record, dict)
@@ -299,7 +298,7 @@ class GraphComparison:
 
     @property
     def listed_only(self) -> bool:
-        """Built in neither tree, with the same error: listed, not failed."""
+        """Built in neither tree, with the same error: listed (not compared), neither passed nor failed."""
         p, b = self.patched, self.baseline
         return bool(p and b and not p.built and not b.built and _same_error(p.error, b.error))
 
@@ -364,17 +363,21 @@ def checks(patched: Run, baseline: Run) -> list[Check]:
     out: list[Check] = []
     for c in comparisons:
         problem = c.problem()
+        # built in neither tree, with the same error: nothing was compared, so it is listed, not passed
+        listed = c.listed_only
+        why = f"built in neither tree, with the same error: {c.patched.error}" if c.patched and listed else ""
         out.append(
             Check(
                 group="graph",
                 name=c.name,
                 evidence=SYNTHETIC,
-                passed=not problem,
+                passed=not problem and not listed,
+                not_compared=listed,
                 figures=c.figures(),
-                detail=problem,
+                detail=problem or why,
             )
         )
-    failed = [c.name for c, check in zip(comparisons, out, strict=True) if not check.passed]
+    failed = [c.name for c, check in zip(comparisons, out, strict=True) if check.failed]
     compared = [c for c in comparisons if c.compared]
     problems = [f"patched: {p}" for p in patched.problems] + [f"baseline: {p}" for p in baseline.problems]
     if not compared:
@@ -405,11 +408,20 @@ def checks(patched: Run, baseline: Run) -> list[Check]:
 def _verify(session: Session) -> list[Check]:
     """The compute graph of every architecture of upstream's random-model generator, from the patched build
     and from the baseline: one check per architecture variant, equal or not."""
-    with log.step(f"graphs of the patched build ({PROGRAM})"):
-        ours = run(session.patched.path / "bin" / PROGRAM)
-    with log.step(f"graphs of the baseline ({PROGRAM})"):
-        theirs = run(session.upstream_build().path / "bin" / PROGRAM)
-    return checks(ours, theirs)
+
+    def compare() -> tuple[list[Check], dict[str, str]]:
+        with log.step(f"graphs of the patched build ({PROGRAM})"):
+            ours = run(session.patched.path / "bin" / PROGRAM)
+        with log.step(f"graphs of the baseline ({PROGRAM})"):
+            theirs = run(session.upstream_build().path / "bin" / PROGRAM)
+        return checks(ours, theirs), {}
+
+    inputs = {
+        "part": "graph",
+        "patched": session.built(session.patched),
+        "baseline": session.built(session.upstream_build()),
+    }
+    return session.kept("graph", inputs, compare)[0]
 
 
 GROUP = GroupSpec(_verify, needs_baseline=True)

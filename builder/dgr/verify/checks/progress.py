@@ -6,11 +6,11 @@ groups (the checks it had, the `durations_s` of the parts not run yet). Without 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dgr.contracts.report import Check, Counts, Group, Report
+from dgr.core import jsonio
 from dgr.core.paths import Cache
 from dgr.errors import ConfigError
 
@@ -24,7 +24,7 @@ def last_report(cache: Cache, groups: Sequence[Group]) -> Report | None:
     )
     for path in found:
         try:
-            report = Report.from_json(json.loads(path.read_bytes()), str(path))
+            report = Report.from_json(jsonio.loads(path.read_bytes(), str(path)), str(path))
         except (OSError, ValueError, ConfigError):
             continue  # an unreadable or older report says nothing about this run
         if set(groups) <= set(report.groups):
@@ -75,12 +75,13 @@ class Progress:
         names = ", ".join(c.name for c in failed[:3]) + (
             f" and {len(failed) - 3} more" if len(failed) > 3 else ""
         )
-        if not checks or counts.device_failures or counts.upstream_failures:
+        if not checks or counts.device_failures or counts.upstream_failures or counts.not_compared:
             what = counts.text() + (f": {names}" if failed else "")
         elif failed:
             what = f"{len(failed)} of {len(checks)} checks failed: {names}"
         else:
             what = f"{len(checks)} check{'s' if len(checks) != 1 else ''}"
+        # a part with no passed check is no pass, whatever else it holds (Counts.ok)
         word = "FAIL" if not counts.ok else "DEVICE FAILURE" if counts.device_failures else "PASS"
         text = f"{count} {word} {part} ({what}, {seconds:.1f} s)"
         left = self.remaining_s()

@@ -91,6 +91,8 @@ def _figures_text(figures: Mapping[str, Any], limit: int = 110) -> str:
 
 
 def table(checks: list[Check]) -> str:
+    """One line per check (its outcome, name, evidence, figures), the detail of every check not passed, then
+    the counts; a group of checks none of which passed is named (it is no pass)."""
     rows = [("", "check", "evidence", "figures")]
     for c in checks:
         rows.append((c.outcome, f"{c.group}/{c.name}", c.evidence, _figures_text(c.figures)))
@@ -101,12 +103,18 @@ def table(checks: list[Check]) -> str:
     for c in checks:
         if not c.passed and c.detail:
             lines.append(f"\n{c.outcome} {c.group}/{c.name}:\n  " + c.detail.replace("\n", "\n  "))
+    groups = list(dict.fromkeys(c.group for c in checks))
+    unpassed = [g for g in groups if not Counts.of(c for c in checks if c.group == g).passed]
+    if unpassed:
+        lines.append(f"\nno check passed in the group(s) {', '.join(unpassed)}: not a pass")
     lines.append(f"\n{Counts.of(checks).text()}")
     return "\n".join(lines)
 
 
 def junit_xml(checks: list[Check]) -> bytes:
-    """The checks as a JUnit XML test suite (one test case per check, its figures as properties)."""
+    """The checks as a JUnit XML test suite (one test case per check, its figures as properties): a failed
+    check is a `failure`, a device failure an `error`, a failure on upstream too and a check that compared
+    nothing are `skipped` (no pass, no failure)."""
     counts = Counts.of(checks)
     suite = ET.Element(
         "testsuite",
@@ -114,6 +122,7 @@ def junit_xml(checks: list[Check]) -> bytes:
         tests=str(len(checks)),
         failures=str(counts.failed),
         errors=str(counts.device_failures),
+        skipped=str(counts.upstream_failures + counts.not_compared),
     )
     for c in checks:
         case = ET.SubElement(suite, "testcase", classname=f"{c.group}", name=c.name)
@@ -131,6 +140,10 @@ def junit_xml(checks: list[Check]) -> bytes:
             # not a pass and no failure of the series: upstream's own test fails on the baseline too
             message = (c.detail or "fails on upstream too").splitlines()[0]
             ET.SubElement(case, "skipped", message=message).text = c.detail
+        elif c.not_compared:
+            # not a pass and no failure: there was nothing to compare (listed, with why)
+            message = (c.detail or "listed, not compared").splitlines()[0]
+            ET.SubElement(case, "skipped", type="not-compared", message=message).text = c.detail
         elif not c.passed:
             ET.SubElement(case, "failure", message=(c.detail or "failed").splitlines()[0]).text = c.detail
     data: bytes = ET.tostring(suite, encoding="utf-8", xml_declaration=True)  # typeshed: Any for an encoding

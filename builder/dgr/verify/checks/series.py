@@ -19,15 +19,13 @@ def prefix_check(
     build registered (`registered`, the manifest's: `dgr build` fails on a test a patch declares and CTest
     does not register) ran and passed."""
     ran = {c.name for c in result.checks}
-    failed = [c.name for c in result.checks if not c.passed]
+    failed = [c.name for c in result.checks if c.failed]
+    skipped = [c.detail for c in result.checks if c.not_compared]
     not_run = [name for name in registered if name not in ran]
     problems = []
     if failed:
         problems.append(
-            "failing: "
-            + ", ".join(failed)
-            + "\n"
-            + "\n".join(c.detail for c in result.checks if not c.passed)
+            "failing: " + ", ".join(failed) + "\n" + "\n".join(c.detail for c in result.checks if c.failed)
         )
     if not_run:
         problems.append(f"registered but never run: {', '.join(not_run)}")
@@ -39,7 +37,8 @@ def prefix_check(
         figures={
             "patches": patches,
             "inputs_digest": digest,
-            "tests": {c.name: c.passed for c in result.checks},
+            "tests": {c.name: c.passed for c in result.checks if not c.not_compared},
+            **({"skipped": skipped} if skipped else {}),
         },
         detail="\n".join(problems)
         or ("builds; registers no native test of its own" if not result.checks else ""),
@@ -58,7 +57,7 @@ def _prefix(session: Session, k: int, names: list[str]) -> Check:
     elif k == len(names) and whole is not None:
         ran = whole
     else:
-        ran = native.run(session.ctest, prefix.path)
+        ran = native.kept_run(session, prefix)
     return prefix_check(k, names[:k], prefix.manifest.inputs_digest, ran, registered)
 
 

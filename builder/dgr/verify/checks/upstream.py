@@ -12,24 +12,32 @@ The model upstream's tests download (the fixture `test-download-model`, from the
 locked model: it is linked at the fixture's destination and CTest runs with `-FS test-download-model`, so
 test-thread-safety and test-state-restore-fragmented run on a real model and the download is no test.
 
-A test passes when it passes on the patched build. One that passes on the baseline and fails on the patched
-build is a failure of the series; one that fails on both is a failure on upstream too (not a pass, and no
-failure of the series), with its output; one that the patched build lacks and the baseline passes is a
-failure (the series lost it); one that only the patched build has is judged by its own result."""
+The baseline runs what judging needs: a test that passes on the patched build passes whatever the baseline
+does, so the baseline builds and runs only the tests of each suite that do not pass on the patched build (and
+those the patched build lacks), with the tests that set up the fixtures they require; the others show "not
+run" on the baseline. A test passes when it passes on the patched build. One that passes on the baseline and
+fails on the patched build is a failure of the series. One that fails on both (or fails on the baseline and
+the patched build lacks it) is a failure on upstream too (not a pass, and no failure of the series, counted
+apart with its output) where the series declares that it may fail here, with why (series/verify.toml,
+`[upstream_failures.<test>]`); undeclared, it is a failure, so that a new one is seen and explained. One that
+the patched build lacks and the baseline passes is a failure (the series lost it); one that only the patched
+build has is judged by its own result."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from dgr.contracts import expectations
 from dgr.contracts.report import NATIVE, REAL_MODEL, Check, Evidence
-from dgr.core import proc
+from dgr.core import jsonio, proc
 from dgr.errors import VerifyError
 from dgr.verify.checks import native
 from dgr.verify.checks.native import CaseResult
-from dgr.verify.checks.session import GroupSpec, Session
+from dgr.verify.checks.results import files_digest
+from dgr.verify.checks.session import GroupSpec, Session, WorkBuild
 
 MAIN = ("-L", "main", "-E", "test-opt")
 """ci/run.sh's gg_run_ctest_release (no Python: `-L main`, not `-L 'main|python'`)."""
@@ -51,9 +59,13 @@ class Suite:
     model_file: bool = False
 
 
-def _word(case: CaseResult | None) -> str:
+NOT_RUN = "not run (passes on the patched build)"
+"""The baseline's word for a test it has and did not run."""
+
+
+def _word(case: CaseResult | None, listed: bool = False) -> str:
     if case is None:
-        return "absent"
+        return NOT_RUN if listed else "absent"
     return "pass" if case.passed else ("fail" if case.status == "run" else case.status)
 
 
@@ -62,24 +74,38 @@ def _tail(case: CaseResult | None) -> str:
 
 
 def compare(
-    suite: str, evidence: Evidence, baseline: Mapping[str, CaseResult], patched: Mapping[str, CaseResult]
+    suite: str,
+    evidence: Evidence,
+    baseline: Mapping[str, CaseResult],
+    patched: Mapping[str, CaseResult],
+    declared: Callable[[str], str | None],
+    listed: Collection[str] = (),
 ) -> list[Check]:
-    """One check per test of either side, `<suite>/<test>`, with the result on each side as its figures."""
+    """One check per test of either side, `<suite>/<test>`, with the result on each side as its figures;
+    `declared(test)`: why the series says that upstream's test may fail here (None: it does not); `listed`:
+    the tests the baseline has (those of them it did not run pass on the patched build)."""
     checks = []
     for name in sorted(baseline.keys() | patched.keys()):
         b, p = baseline.get(name), patched.get(name)
-        figures = {"baseline": _word(b), "patched": _word(p)}
+        figures = {"baseline": _word(b, name in listed), "patched": _word(p)}
         passed, upstream_failure, detail = False, False, ""
         if p is not None and p.passed:
             passed = True
-            if b is None:
+            if b is None and name not in listed:
                 detail = "only the patched build has this test"
         elif p is not None and b is not None and b.passed:
             detail = "passes on the baseline, fails on the patched build:\n" + _tail(p)
         elif b is not None and not b.passed:
-            upstream_failure = True
             where = "the patched build lacks it" if p is None else "it fails on the patched build too"
-            detail = f"fails on the unpatched baseline ({_word(b)}); {where}:\n" + _tail(b)
+            why = declared(name)
+            upstream_failure = why is not None
+            said = (
+                f"declared in {expectations.PATH}: {why}"
+                if why is not None
+                else f"{expectations.PATH} does not declare that it may fail here: add "
+                f"[upstream_failures.{name}] with its `why` if upstream's test cannot pass on this machine"
+            )
+            detail = f"fails on the unpatched baseline ({_word(b)}); {where}; {said}:\n" + _tail(b)
         elif p is None:
             detail = "passes on the baseline; the patched build lacks this test (the series lost it)"
         else:
@@ -111,9 +137,13 @@ def download_destination(registered: list[dict[str, object]]) -> Path | None:
     return None
 
 
-def _registered(ctest: Path, build_dir: Path) -> list[dict[str, object]]:
-    result = proc.run([ctest, "--show-only=json-v1"], cwd=build_dir, error=VerifyError, what="ctest -N")
-    tests: list[dict[str, object]] = json.loads(result.stdout).get("tests", [])
+def _registered(ctest: Path, build_dir: Path, args: tuple[str, ...] = ()) -> list[dict[str, object]]:
+    """The tests CTest selects in build_dir with `args` (every test without), as `--show-only=json-v1`
+    gives them."""
+    result = proc.run(
+        [ctest, "--show-only=json-v1", *args], cwd=build_dir, error=VerifyError, what="ctest -N"
+    )
+    tests: list[dict[str, object]] = jsonio.loads(result.stdout, "ctest -N", VerifyError).get("tests", [])
     return tests
 
 
@@ -125,15 +155,44 @@ def _place(model: Path, dest: Path) -> None:
     dest.symlink_to(model)
 
 
-def run_side(ctest: Path, build_dir: Path, suites: list[Suite]) -> dict[str, dict[str, CaseResult]]:
-    """Every suite in one build dir: its cases by test name, per suite; VerifyError when CTest wrote no
-    report (it did not run)."""
+def _fixtures(test: Mapping[str, object], key: str) -> set[str]:
+    """The fixtures a test of `--show-only=json-v1` names in its property `key` (FIXTURES_REQUIRED, ...)."""
+    props = test.get("properties")
+    for prop in props if isinstance(props, list) else []:
+        if isinstance(prop, dict) and prop.get("name") == key:
+            value = prop.get("value")
+            return {str(v) for v in value} if isinstance(value, list) else {str(value)}
+    return set()
+
+
+def with_setups(registered: list[dict[str, object]], names: Collection[str]) -> set[str]:
+    """`names` and the tests that set up the fixtures they require (CTest runs those first), but the
+    download fixture's (the locked model takes its place)."""
+    required = set().union(*(_fixtures(t, "FIXTURES_REQUIRED") for t in registered if t.get("name") in names))
+    setups = {
+        str(t.get("name"))
+        for t in registered
+        if _fixtures(t, "FIXTURES_SETUP") & required and t.get("name") != DOWNLOAD_FIXTURE
+    }
+    return set(names) | setups
+
+
+def run_side(
+    ctest: Path, build_dir: Path, suites: list[Suite], only: Mapping[str, Collection[str]] | None = None
+) -> dict[str, dict[str, CaseResult]]:
+    """Every suite in one build dir (`only`: just these tests of each suite): its cases by test name, per
+    suite; VerifyError when CTest wrote no report (it did not run)."""
     if not (build_dir / "CTestTestfile.cmake").is_file():
         raise VerifyError(f"{build_dir} has no CTestTestfile.cmake: the build registered no test")
     dest = download_destination(_registered(ctest, build_dir))
     out: dict[str, dict[str, CaseResult]] = {}
     for suite in suites:
         args = list(suite.args)
+        if only is not None:
+            if not only.get(suite.name):
+                out[suite.name] = {}
+                continue
+            args += ["-R", "^(" + "|".join(re.escape(n) for n in sorted(only[suite.name])) + ")$"]
         if dest is not None:
             _place(suite.model, dest)
             args += ["-FS", DOWNLOAD_FIXTURE]
@@ -148,16 +207,54 @@ def run_side(ctest: Path, build_dir: Path, suites: list[Suite]) -> dict[str, dic
 def _verify(session: Session) -> list[Check]:
     if session.work_build is None:
         raise VerifyError("this dgr verify has no work build dirs to run upstream's tests in")
+    work_build = session.work_build
     default = session.env.default
     suites = [Suite("main", MAIN, NATIVE, default.path)] + [
         Suite(f"model@{m.name}", MODEL, REAL_MODEL, m.path, model_file=True) for m in session.env.models
     ]
-    ran = {side: run_side(session.ctest, session.work_build(side == "baseline"), suites) for side in _SIDES}
+    declared = session.expectations().why_upstream_fails
+    patched_dir = work_build(False)
+    # what the suites run: every executable and library of the patched work build (the tests' own
+    # executables), the baseline's inputs (its tests build from the pin alone) and the models
+    inputs = {
+        "part": "upstream",
+        "patched": files_digest(patched_dir / "bin"),
+        "baseline": session.baseline.manifest.inputs_digest if session.baseline else None,
+        "suites": [[s.name, list(s.args), s.model.name, s.model_file] for s in suites],
+    }
+
+    def compare() -> tuple[list[Check], dict[str, str]]:
+        return _compare(session.ctest, work_build, patched_dir, suites, declared), {}
+
+    return session.kept("upstream", inputs, compare)[0]
+
+
+def _compare(
+    ctest: Path,
+    work_build: WorkBuild,
+    patched_dir: Path,
+    suites: list[Suite],
+    declared: Callable[[str], str | None],
+) -> list[Check]:
+    patched = run_side(ctest, patched_dir, suites)
+    # the baseline, configured (no test built yet), lists its tests; it builds and runs those of each suite
+    # that do not pass on the patched build, with the setups of their fixtures
+    configured = work_build(True, ())
+    listed = {s.name: {str(t.get("name")) for t in _registered(ctest, configured, s.args)} for s in suites}
+    wanted = {
+        s.name: {n for n in listed[s.name] if not (n in patched[s.name] and patched[s.name][n].passed)}
+        for s in suites
+    }
+    needed = with_setups(_registered(ctest, configured), set().union(*wanted.values()))
+    baseline_dir = work_build(True, tuple(sorted(needed))) if needed else configured
+    baseline = run_side(ctest, baseline_dir, suites, only=wanted)
     checks = []
     for suite in suites:
-        b, p = ran["baseline"].get(suite.name, {}), ran["patched"].get(suite.name, {})
-        if not b or not p:
-            empty = " and ".join(side for side, got in (("baseline", b), ("patched", p)) if not got)
+        b, p = baseline[suite.name], patched[suite.name]
+        if not p or not listed[suite.name]:
+            empty = " and ".join(
+                side for side, got in (("baseline", listed[suite.name]), ("patched", p)) if not got
+            )
             checks.append(
                 Check(
                     group="upstream",
@@ -168,7 +265,7 @@ def _verify(session: Session) -> list[Check]:
                 )
             )
             continue
-        checks += compare(suite.name, suite.evidence, b, p)
+        checks += compare(suite.name, suite.evidence, b, p, declared, listed[suite.name])
     return checks
 
 

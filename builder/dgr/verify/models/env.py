@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dgr.contracts.report import SYNTHETIC, Evidence
 from dgr.verify.models import inventory, synth
+from dgr.verify.models.parts import PartsStore
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class Env:
     device: str | None = (
         None  # the GPU device of the build the checks offload to (ggml's name), None: CPU only
     )
+    parts: PartsStore | None = None
+    """The parts of the locked models (`dgr parts`), each range run from its own directory of them (the
+    boundary group's `parts-split-<k>` checks); None: no check runs a model from its parts."""
 
     def __post_init__(self) -> None:
         if not self.models:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dgr.core import jsonio
+
 FORMAT = "layer-bundle"
 VERSION = "1"
 MAX_HEADER = 1 << 20
@@ -79,10 +81,7 @@ def decode(data: bytes | bytearray | memoryview, max_size: int = DEFAULT_MAX_SIZ
         raise BundleError(f"header size {n} is out of range [2, {MAX_HEADER}]")
     if n > len(buf) - 8:
         raise BundleError(f"truncated: the header needs {n} bytes, {len(buf) - 8} remain")
-    try:
-        header = json.loads(bytes(buf[8 : 8 + n]))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BundleError(f"header is not JSON: {exc}") from exc
+    header = jsonio.loads(bytes(buf[8 : 8 + n]), "header", BundleError)  # strict: a key twice, NaN refused
     if not isinstance(header, dict):
         raise BundleError("header is not a JSON object")
     meta = header.pop("__metadata__", None)

@@ -222,6 +222,23 @@ class Worker:
         the layers of the range to offload to the GPU devices of the build (None: llama.cpp's default).
         `layer_inp`: layers inside the range whose input every decode extracts, for a decode request that asks
         for one of them instead of its output (`layer_inp`)."""
+        rid = self.start_load(
+            model, layers, mmap=mmap, context=context, n_gpu_layers=n_gpu_layers, layer_inp=layer_inp
+        )
+        return self.finish_load(rid)
+
+    def start_load(
+        self,
+        model: Path,
+        layers: tuple[int, int] | None = (0, -1),
+        *,
+        mmap: bool = True,
+        context: ContextParams | None = None,
+        n_gpu_layers: int | None = None,
+        layer_inp: Sequence[int] = (),
+    ) -> int:
+        """Send the `load` request of `load` without waiting for its reply (`finish_load` reads it), so that
+        several workers load at the same time; its id."""
         fields: dict[str, Any] = {} if layers is None and mmap else {"mmap": mmap}
         if n_gpu_layers is not None:
             fields["n_gpu_layers"] = n_gpu_layers
@@ -231,7 +248,11 @@ class Worker:
             fields |= {"context": True, **context.fields()}
         if layer_inp:
             fields["layer_inp"] = list(layer_inp)
-        header: dict[str, Any] = self.request("load", model=str(model), **fields).header
+        return self.send("load", model=str(model), **fields)
+
+    def finish_load(self, rid: int) -> dict[str, Any]:
+        """The reply to the `load` request `rid` (`start_load`)."""
+        header: dict[str, Any] = self.checked(self.read_reply("load"), "load", rid).header
         return header
 
     def close(self, timeout: float = 10.0) -> None:

@@ -8,6 +8,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from dgr.core import jsonio
+
 MAGIC = b"LWP1"
 PREFIX = struct.Struct("<4sIQ")
 MAX_HEADER = 1 << 20
@@ -82,10 +84,7 @@ def read(stream: Reader, max_body: int = MAX_MESSAGE) -> Frame | None:
     body = _read_exact(stream, n_body)
     if len(header) < n_header or len(body) < n_body:
         raise FrameError("stream ended inside a frame")
-    try:
-        decoded = json.loads(header)
-    except ValueError as exc:
-        raise FrameError(f"frame header is not JSON: {exc}") from exc
+    decoded = jsonio.loads(header, "frame header", FrameError)  # strict: a key twice, NaN, Infinity refused
     if not isinstance(decoded, dict):
         raise FrameError("frame header is not a JSON object")
     return Frame(decoded, body)

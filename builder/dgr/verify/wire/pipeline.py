@@ -6,7 +6,7 @@ import contextlib
 import itertools
 import select
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,12 +75,15 @@ class Pipeline:
     asked for; `n_gpu_layers` if given); its `split` is then the range the loaded model holds.
     `forward`: each worker sends the hidden state of a decode on to the next one itself, over the next one's
     input (`--next-fd`, the request field `forward` of docs/protocol.md), and only the last replies; without
-    it the supervisor relays every hop."""
+    it the supervisor relays every hop.
+    `model`: the GGUF file every range loads, or a function that gives the file of the range [begin, end)
+    (the first file of the range's own directory of parts, checked there: dgr.verify.models.parts
+    .ModelParts.model_for), called for every range before any worker starts."""
 
     def __init__(
         self,
         worker_bin: Path,
-        model: Path,
+        model: Path | Callable[[int, int], Path],
         split: list[tuple[int, int]] | None,
         *,
         threads: int = 2,
@@ -95,8 +98,13 @@ class Pipeline:
         context = ContextParams(n_ctx=n_ctx, threads=threads, max_sessions=max_sessions, type_k=type_k)
         self.workers: list[Worker] = []
         self.info: list[dict[str, Any]] = []
+        if callable(model) and split is None:
+            raise ValueError("a model given per range needs the ranges: no split, no range to ask it for")
+        # each range's file, checked before any worker starts
+        models = [model(begin, end) if callable(model) else model for begin, end in split or []]
         try:
             if split is None:
+                assert not callable(model)
                 w = Worker(worker_bin, "whole (default parameters)", timeout=timeout, max_body=max_body)
                 self.workers.append(w)
                 assert n_gpu_layers is None or isinstance(n_gpu_layers, int)
@@ -112,13 +120,16 @@ class Pipeline:
                         worker_bin, name, timeout=timeout, max_body=max_body, next_stage=following, ids=ids
                     )
                     self.workers.insert(0, w)
+                # every worker loads at the same time (a load is mostly one thread: on N cores N load at once)
+                loading = []
                 for i, w in enumerate(self.workers):
                     ngl = (
                         n_gpu_layers
                         if n_gpu_layers is None or isinstance(n_gpu_layers, int)
                         else n_gpu_layers[i]
                     )
-                    self.info.append(w.load(model, split[i], context=context, n_gpu_layers=ngl))
+                    loading.append(w.start_load(models[i], split[i], context=context, n_gpu_layers=ngl))
+                self.info = [w.finish_load(rid) for w, rid in zip(self.workers, loading, strict=True)]
         except Exception:
             self.close()
             raise
