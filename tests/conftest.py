@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,3 +48,12 @@ def repo(
     monkeypatch.setenv("DGR_REPO", str(root))
     monkeypatch.setenv("DGR_UPSTREAM_MIRROR", str(fake_upstream.path))
     yield root
+
+
+@pytest.fixture(scope="session")
+def series_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The one dgr cache of the real series for every end-to-end test of a session ($DGR_TEST_CACHE/series
+    when set, to keep it between runs): the first test that needs the patched build builds it there, and the
+    others find it built (a cold build of the series is minutes on 2 cores)."""
+    shared = os.environ.get("DGR_TEST_CACHE")
+    return Path(shared) / "series" if shared else tmp_path_factory.mktemp("series-cache")

@@ -41,13 +41,11 @@ USER_CACHE = Path(os.environ.get("DGR_CACHE_DIR") or platformdirs.user_cache_dir
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(the cache, its build of the current inputs): published already in $DGR_TEST_CACHE/series (the cache
-    of tests/test_verify_e2e.py) or the user's cache, found as `dgr status` finds it; else built there (or in
-    a temporary cache) with `dgr build --json`."""
-    shared = os.environ.get("DGR_TEST_CACHE")
-    candidates = [*([Path(shared) / "series"] if shared else []), USER_CACHE]
-    for root in candidates:
+def published(series_cache: Path) -> tuple[Path, Path]:
+    """(the cache, its build of the current inputs): published already in the session's cache of the real
+    series (tests/conftest.py) or the user's cache, found as `dgr status` finds it; else built in the
+    session's cache with `dgr build --json` (which tests/test_verify_e2e.py then finds built)."""
+    for root in (series_cache, USER_CACHE):
         if not root.is_dir():
             continue
         ctx = Context(Repo(ROOT), Cache(root))
@@ -55,10 +53,10 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         store = buildcache.BuildStore(ctx.cache)
         if store.lookup(digest) is not None:
             return root, store.path(digest)
-    root = candidates[0] if shared else tmp_path_factory.mktemp("series-cache")
-    result = run_dgr("build", "--json", env={"DGR_REPO": str(ROOT), "DGR_CACHE_DIR": str(root)}, timeout=3600)
+    env = {"DGR_REPO": str(ROOT), "DGR_CACHE_DIR": str(series_cache)}
+    result = run_dgr("build", "--json", env=env, timeout=3600)
     assert result.returncode == 0, result.stderr
-    return root, Path(json.loads(result.stdout)["path"])
+    return series_cache, Path(json.loads(result.stdout)["path"])
 
 
 @pytest.fixture(scope="module")
