@@ -34,7 +34,7 @@ from dgr.sources import model as model_source
 from dgr.verify.models import gguffile
 from dgr.verify.models import parts as cutter
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_dgr
 
 USER_CACHE = Path(os.environ.get("DGR_CACHE_DIR") or platformdirs.user_cache_dir("dgr"))
 """Read at import, before the autouse fixture gives each test its own cache: the pinned upstream and the
@@ -117,12 +117,18 @@ def test_a_tensor_goes_where_llama_cpp_holds_it(name: str, expected: tuple[str, 
     assert cutter.classify(name, 3) == expected
 
 
-def _pinned_arch_source() -> str:
-    """src/llama-arch.cpp of the pin, from the user's cache (skip when the pinned upstream is not there)."""
+@pytest.fixture(scope="module")
+def pinned_arch_source(series_cache: Path) -> str:
+    """src/llama-arch.cpp of the pin: from the user's cache or the session's cache of the real series, else
+    fetched into the latter with `dgr fetch` (which the session's builds of the series then find there)."""
     commit = locks.load_upstream(ROOT / "locks").pin.commit
-    repo = USER_CACHE / "upstream" / f"{commit}.git"
-    if not repo.is_dir():
-        pytest.skip(f"the pinned upstream is not in {USER_CACHE} (`dgr fetch` puts it there)")
+    repos = [c / "upstream" / f"{commit}.git" for c in (USER_CACHE, series_cache)]
+    repo = next((r for r in repos if r.is_dir()), None)
+    if repo is None:
+        env = {"DGR_REPO": str(ROOT), "DGR_CACHE_DIR": str(series_cache)}
+        result = run_dgr("fetch", env=env, timeout=900)
+        assert result.returncode == 0, result.stderr
+        repo = series_cache / "upstream" / f"{commit}.git"
     return subprocess.run(
         ["git", f"--git-dir={repo}", "show", f"{commit}:src/llama-arch.cpp"],
         capture_output=True,
@@ -131,10 +137,11 @@ def _pinned_arch_source() -> str:
     ).stdout
 
 
-def test_the_input_and_output_tensors_are_the_pinned_llama_cpp_s() -> None:
+@pytest.mark.e2e
+def test_the_input_and_output_tensors_are_the_pinned_llama_cpp_s(pinned_arch_source: str) -> None:
     """INPUT_TENSORS and OUTPUT_TENSORS are the names llama.cpp gives one class only, LLM_TENSOR_LAYER_INPUT
     or LLM_TENSOR_LAYER_OUTPUT (src/llama-arch.cpp: LLM_TENSOR_NAMES and LLM_TENSOR_INFOS)."""
-    src = _pinned_arch_source()
+    src = pinned_arch_source
     names_block = src[src.index("LLM_TENSOR_NAMES = {") :]
     names_block = names_block[: names_block.index("};")]
     infos_block = src[src.index("LLM_TENSOR_INFOS = {") :]
