@@ -334,7 +334,7 @@ def test_shipped_lists_are_well_formed() -> None:
     archs = rw.read_list(PROGRAM.parent / "layer-range-archs.txt")
     assert set(skip) == {"deepseek4.cpp", "dflash.cpp", "gemma3n.cpp", "glm5-next.cpp", "hy-v4.cpp"}
     assert all(reason for _, reason in skip.values())
-    assert len(archs) == 94 and not set(archs) & set(skip)
+    assert len(archs) == 107 and not set(archs) & set(skip)
 
 
 def test_runs_as_a_script(tmp_path: Path) -> None:

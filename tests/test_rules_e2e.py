@@ -51,7 +51,7 @@ def worktree_at(tree: Path, commit: str, path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("name", "index", "files"), [("layer-inputs", 1, 25), ("layer-range-archs", 3, 94)])
+@pytest.mark.parametrize(("name", "index", "files"), [("layer-inputs", 1, 25), ("layer-range-archs", 3, 107)])
 def test_the_rule_gives_the_committed_patch_on_the_pin(
     edit_tree: Path, tmp_path: Path, name: str, index: int, files: int
 ) -> None:
