@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from dgr.builds import artifacts, buildplan
@@ -351,10 +353,12 @@ def test_the_group_compares_the_baseline_with_the_patched_build_per_suite(tmp_pa
         archs=ArchsFloor(certified_at_least=1),
         upstream_failures={"test-c": UpstreamFailure(why="no network")},
     )
+    # the patched build registers a test of the series' own (the native group runs it)
+    patched = SimpleNamespace(manifest=SimpleNamespace(build=SimpleNamespace(native_tests=("test-own",))))
     run = Session(
         env,
         fake_ctest(tmp_path),
-        None,
+        patched,
         None,
         lambda k: None,
         work_build=work_build,
@@ -370,6 +374,10 @@ def test_the_group_compares_the_baseline_with_the_patched_build_per_suite(tmp_pa
         "^(test\\-b|test\\-c|test\\-d)$",
         "^(test\\-m)$",
     ]
+    # the suite `main` leaves out the series' own test on both builds
+    for side in dirs.values():
+        main = json.loads((side / "calls.jsonl").read_text().splitlines()[0])
+        assert main["args"][main["args"].index("-E") + 1] == "test-opt|^(test\\-own)$"
     figures = {c.name: c.figures for c in checks}
     assert figures["main/test-a"] == {"baseline": upstream.NOT_RUN, "patched": "pass"}
     assert figures["main/test-b"] == {"baseline": "pass", "patched": "fail"}
@@ -391,3 +399,16 @@ def test_the_baseline_builds_the_setups_of_the_fixtures_its_tests_require_but_th
     registered = upstream._registered(fake_ctest(tmp_path), tmp_path)
     assert upstream.with_setups(registered, {"test-s"}) == {"test-s", "test-setup"}
     assert upstream.with_setups(registered, {"test-x"}) == {"test-x"}
+
+
+def test_the_main_suite_leaves_out_the_series_own_tests() -> None:
+    """The tests the series registers (the native group runs them) are excluded from upstream's suite with
+    -E, with test-opt as ci/run.sh excludes it; a build without tests of its own runs ci/run.sh's line."""
+    assert upstream.main_args(()) == upstream.MAIN
+    args = upstream.main_args(("test-llama-archs-layer-ranges", "test-llama-archs-layer-inputs"))
+    assert args[:-1] == upstream.MAIN[:-1]
+    exclude = re.compile(args[-1])
+    names = ["test-opt", "test-llama-archs-layer-inputs", "test-llama-archs-layer-ranges"]
+    assert all(exclude.search(n) for n in names)
+    kept = ["test-llama-archs", "test-generate-models", "test-llama-archs-layer-ranges-x", "test-gguf"]
+    assert not any(exclude.search(n) for n in kept)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dgr.cli import main
 from dgr.contracts.report import GROUPS
 from dgr.export import branches, upstream_package
 
@@ -396,3 +397,21 @@ def test_every_patch_needs_a_concern(repo: Path, tmp_path: Path, capsys: pytest.
     write_bench()
     assert export(tmp_path / "out") == 8
     assert "no concern declares patch readme-mark-hexagon-experimental.patch" in capsys.readouterr().err
+
+
+def test_dgr_check_finds_files_outside_the_declared_paths_before_an_export(
+    packaged: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dgr check` runs the export's lint of the concerns' paths: a patch touching a file its concern does not
+    declare is a finding there (exit 7), not only when the package is rendered."""
+    assert main(["check", "--no-style"]) == 0
+    capsys.readouterr()
+    concerns = {**FIXTURE_CONCERNS, "docs-add-a-fixture-page.patch": ("ownership", ["docs/*/*.md"])}
+    write_package(packaged, config(concerns))
+    assert main(["check", "--no-style"]) == 7
+    out = capsys.readouterr().out
+    assert (
+        "patches/docs-add-a-fixture-page.patch: package: touches docs/fixture.md, outside the paths of its "
+        "concern" in out
+    )
+    assert "hint: add the path to the patch's [[concerns]] paths in upstream-package/package.toml" in out

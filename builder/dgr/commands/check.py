@@ -2,7 +2,9 @@
 
 Besides the series, the patches and the locks, it applies the series (and every port) on its upstream and
 runs `git diff --check` and `git clang-format` on the commit of each patch (dgr.maintain.style), and the
-rewrite rule of each generated patch on the tree it applies to (dgr.maintain.rules), unless --no-style."""
+rewrite rule of each generated patch on the tree it applies to (dgr.maintain.rules), unless --no-style. The
+files each patch touches are checked against the paths of its concern (upstream-package/package.toml), as
+`dgr export-upstream` checks them before it renders the package."""
 
 from __future__ import annotations
 
@@ -11,12 +13,23 @@ import json
 
 from dgr.core.paths import Context
 from dgr.errors import EXIT_OK, LintError
+from dgr.export import export
 from dgr.maintain import lint, rules, style
+
+CONCERN_HINT = (
+    "add the path to the patch's [[concerns]] paths in upstream-package/package.toml, or move the change "
+    "to the patch whose concern it is"
+)
 
 
 def run(args: argparse.Namespace) -> int:
     ctx = Context.discover()
     findings = lint.check(ctx.repo)
+    if not findings:
+        findings += [
+            lint.LintFinding(f"patches/{f.patch}", "package", f.problem, CONCERN_HINT)
+            for f in export.concern_findings(ctx.repo)
+        ]
     if not args.no_style and not findings:
         for view in [ctx.repo, *(ctx.repo.for_port(p) for p in ctx.repo.ports())]:
             findings += [

@@ -37,11 +37,12 @@ from dgr.contracts import locks
 from dgr.core import log
 from dgr.core.digest import sha256_bytes
 from dgr.core.fs import publish_dir
-from dgr.core.paths import Cache, Context
+from dgr.core.paths import Cache, Context, Repo
 from dgr.errors import ConfigError, LintError, UsageError
 from dgr.export import branches, measured, previous, render, upstream_package
 from dgr.git import apply, gitops
 from dgr.series import generated, patchfile
+from dgr.series import order as series
 from dgr.sources import upstream
 
 PACKAGE_DIR = render.PACKAGE_DIR
@@ -96,6 +97,29 @@ def lint(
         assert concern is not None  # load_config checked it
         findings += upstream_package.deny_findings(name, series.texts[name], config.deny_words)
         findings += upstream_package.whitespace_findings(name, series.git_dir, series.commits[name])
+        touched = sorted({p for f in patch.files for p in (f.path, f.old_path)} - {"/dev/null"})
+        findings += upstream_package.path_findings(name, touched, concern)
+    return findings
+
+
+def concern_findings(repo: Repo) -> list[upstream_package.PackageFinding]:
+    """The files each patch of the series touches outside the paths of its concern (package.toml): what
+    `dgr export-upstream` refuses, for `dgr check` to find before a package is rendered. ConfigError (exit
+    8) when package.toml or a patch cannot be read; none for a repository without package.toml (it renders no
+    package: `dgr export-upstream` refuses to run there)."""
+    path = repo.root / PACKAGE_DIR / CONFIG_FILE
+    if not path.is_file():
+        return []
+    names = series.load(repo.series_file).names
+    config = upstream_package.load_config(path, names)
+    findings: list[upstream_package.PackageFinding] = []
+    for name in names:
+        concern = config.concern(name)
+        assert concern is not None  # load_config checked it
+        try:
+            patch = patchfile.parse((repo.patches_dir / name).read_text(errors="surrogateescape"))
+        except (OSError, patchfile.PatchParseError) as exc:
+            raise ConfigError(f"patches/{name} cannot be read: {exc}", hint="run `dgr check`") from exc
         touched = sorted({p for f in patch.files for p in (f.path, f.old_path)} - {"/dev/null"})
         findings += upstream_package.path_findings(name, touched, concern)
     return findings

@@ -24,7 +24,16 @@ STATUS_HINT = (
 
 
 FindingKind = Literal[
-    "lock", "missing", "unused", "duplicate", "unparsable", "digest", "message", "style", "generated"
+    "lock",
+    "missing",
+    "unused",
+    "duplicate",
+    "unparsable",
+    "digest",
+    "message",
+    "style",
+    "generated",
+    "package",
 ]
 
 

@@ -5,7 +5,8 @@ The suites, each run with CTest in the work build dir of both builds (the tokeni
 models/ and templates from the source tree beside it; dgr.builds.build.work_build brings that tree back to
 the build's commit first):
 
-- `main`: `ctest -L main -E test-opt`;
+- `main`: `ctest -L main -E test-opt`, less the tests the series registers itself (the `native` group runs
+  them);
 - `model@<model>`: `ctest -L model` with LLAMACPP_TEST_MODELFILE set to each locked model.
 
 The model upstream's tests download (the fixture `test-download-model`, from the network) is replaced by the
@@ -41,6 +42,17 @@ from dgr.verify.checks.session import GroupSpec, Session, WorkBuild
 
 MAIN = ("-L", "main", "-E", "test-opt")
 """ci/run.sh's gg_run_ctest_release (no Python: `-L main`, not `-L 'main|python'`)."""
+
+
+def main_args(own: Collection[str]) -> tuple[str, ...]:
+    """MAIN without the tests the series registers itself (`own`, the build's native tests): they are no
+    test of upstream's, and the `native` group runs them already (running them here ran them twice)."""
+    if not own:
+        return MAIN
+    exclude = MAIN[-1] + "|^(" + "|".join(re.escape(n) for n in sorted(own)) + ")$"
+    return (*MAIN[:-1], exclude)
+
+
 MODEL = ("-L", "model")
 """ci/run.sh's gg_run_ctest_with_model_release, with LLAMACPP_TEST_MODELFILE set."""
 DOWNLOAD_FIXTURE = "test-download-model"
@@ -209,7 +221,8 @@ def _verify(session: Session) -> list[Check]:
         raise VerifyError("this dgr verify has no work build dirs to run upstream's tests in")
     work_build = session.work_build
     default = session.env.default
-    suites = [Suite("main", MAIN, NATIVE, default.path)] + [
+    own = session.patched.manifest.build.native_tests
+    suites = [Suite("main", main_args(own), NATIVE, default.path)] + [
         Suite(f"model@{m.name}", MODEL, REAL_MODEL, m.path, model_file=True) for m in session.env.models
     ]
     declared = session.expectations().why_upstream_fails
