@@ -353,8 +353,10 @@ def test_the_group_compares_the_baseline_with_the_patched_build_per_suite(tmp_pa
         archs=ArchsFloor(certified_at_least=1),
         upstream_failures={"test-c": UpstreamFailure(why="no network")},
     )
-    # the patched build registers a test of the series' own (the native group runs it)
-    patched = SimpleNamespace(manifest=SimpleNamespace(build=SimpleNamespace(native_tests=("test-own",))))
+    # the patched build registers a test of the series' own (the native group runs it) and one of upstream's
+    # again (as layer-range-mmap.patch registers test-generate-models)
+    native_tests = ("test-own", "test-b")
+    patched = SimpleNamespace(manifest=SimpleNamespace(build=SimpleNamespace(native_tests=native_tests)))
     run = Session(
         env,
         fake_ctest(tmp_path),
@@ -374,10 +376,12 @@ def test_the_group_compares_the_baseline_with_the_patched_build_per_suite(tmp_pa
         "^(test\\-b|test\\-c|test\\-d)$",
         "^(test\\-m)$",
     ]
-    # the suite `main` leaves out the series' own test on both builds
-    for side in dirs.values():
-        main = json.loads((side / "calls.jsonl").read_text().splitlines()[0])
-        assert main["args"][main["args"].index("-E") + 1] == "test-opt|^(test\\-own)$"
+    # the patched build runs each suite less the test only the series registers (not test-b, which the
+    # baseline has too); the baseline runs the suites as ci/run.sh does
+    main, model = (json.loads(line) for line in (dirs[False] / "calls.jsonl").read_text().splitlines())
+    assert main["args"][main["args"].index("-E") + 1] == "test-opt|^(test\\-own)$"
+    assert model["args"][model["args"].index("-E") + 1] == "^(test\\-own)$"
+    assert all(c["args"][c["args"].index("-E") + 1] == "test-opt" for c in calls if "-E" in c["args"])
     figures = {c.name: c.figures for c in checks}
     assert figures["main/test-a"] == {"baseline": upstream.NOT_RUN, "patched": "pass"}
     assert figures["main/test-b"] == {"baseline": "pass", "patched": "fail"}
@@ -401,11 +405,12 @@ def test_the_baseline_builds_the_setups_of_the_fixtures_its_tests_require_but_th
     assert upstream.with_setups(registered, {"test-x"}) == {"test-x"}
 
 
-def test_the_main_suite_leaves_out_the_series_own_tests() -> None:
-    """The tests the series registers (the native group runs them) are excluded from upstream's suite with
-    -E, with test-opt as ci/run.sh excludes it; a build without tests of its own runs ci/run.sh's line."""
-    assert upstream.main_args(()) == upstream.MAIN
-    args = upstream.main_args(("test-llama-archs-layer-ranges", "test-llama-archs-layer-inputs"))
+def test_a_suite_leaves_out_the_tests_only_the_series_registers() -> None:
+    """The tests only the series registers (the native group runs them) are excluded with -E, beside
+    test-opt as ci/run.sh excludes it, or with an -E of their own; none: ci/run.sh's line."""
+    assert upstream.without(upstream.MAIN, ()) == upstream.MAIN
+    assert upstream.without(upstream.MODEL, ("test-x",)) == (*upstream.MODEL, "-E", "^(test\\-x)$")
+    args = upstream.without(upstream.MAIN, ("test-llama-archs-layer-ranges", "test-llama-archs-layer-inputs"))
     assert args[:-1] == upstream.MAIN[:-1]
     exclude = re.compile(args[-1])
     names = ["test-opt", "test-llama-archs-layer-inputs", "test-llama-archs-layer-ranges"]

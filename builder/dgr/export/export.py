@@ -97,9 +97,13 @@ def lint(
         assert concern is not None  # load_config checked it
         findings += upstream_package.deny_findings(name, series.texts[name], config.deny_words)
         findings += upstream_package.whitespace_findings(name, series.git_dir, series.commits[name])
-        touched = sorted({p for f in patch.files for p in (f.path, f.old_path)} - {"/dev/null"})
-        findings += upstream_package.path_findings(name, touched, concern)
+        findings += upstream_package.path_findings(name, touched(patch), concern)
     return findings
+
+
+def touched(patch: patchfile.Patch) -> list[str]:
+    """The paths a patch touches, old and new names of a rename both, sorted."""
+    return sorted({p for f in patch.files for p in (f.path, f.old_path)} - {"/dev/null"})
 
 
 def concern_findings(repo: Repo) -> list[upstream_package.PackageFinding]:
@@ -120,8 +124,7 @@ def concern_findings(repo: Repo) -> list[upstream_package.PackageFinding]:
             patch = patchfile.parse((repo.patches_dir / name).read_text(errors="surrogateescape"))
         except (OSError, patchfile.PatchParseError) as exc:
             raise ConfigError(f"patches/{name} cannot be read: {exc}", hint="run `dgr check`") from exc
-        touched = sorted({p for f in patch.files for p in (f.path, f.old_path)} - {"/dev/null"})
-        findings += upstream_package.path_findings(name, touched, concern)
+        findings += upstream_package.path_findings(name, touched(patch), concern)
     return findings
 
 

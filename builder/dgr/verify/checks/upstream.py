@@ -5,8 +5,8 @@ The suites, each run with CTest in the work build dir of both builds (the tokeni
 models/ and templates from the source tree beside it; dgr.builds.build.work_build brings that tree back to
 the build's commit first):
 
-- `main`: `ctest -L main -E test-opt`, less the tests the series registers itself (the `native` group runs
-  them);
+- `main`: `ctest -L main -E test-opt`, less the tests that only the series registers (the `native` group
+  runs them; a test of upstream's that a patch registers again, as test-generate-models, stays);
 - `model@<model>`: `ctest -L model` with LLAMACPP_TEST_MODELFILE set to each locked model.
 
 The model upstream's tests download (the fixture `test-download-model`, from the network) is replaced by the
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dgr.contracts import expectations
@@ -44,13 +44,16 @@ MAIN = ("-L", "main", "-E", "test-opt")
 """ci/run.sh's gg_run_ctest_release (no Python: `-L main`, not `-L 'main|python'`)."""
 
 
-def main_args(own: Collection[str]) -> tuple[str, ...]:
-    """MAIN without the tests the series registers itself (`own`, the build's native tests): they are no
-    test of upstream's, and the `native` group runs them already (running them here ran them twice)."""
+def without(args: tuple[str, ...], own: Collection[str]) -> tuple[str, ...]:
+    """A suite's CTest arguments less the tests `own` (added to its `-E` regex, or as one): the tests only the
+    series registers, which are no test of upstream's and which the `native` group runs already."""
     if not own:
-        return MAIN
-    exclude = MAIN[-1] + "|^(" + "|".join(re.escape(n) for n in sorted(own)) + ")$"
-    return (*MAIN[:-1], exclude)
+        return args
+    names = "^(" + "|".join(re.escape(n) for n in sorted(own)) + ")$"
+    if "-E" in args[:-1]:
+        at = args.index("-E") + 1
+        return (*args[:at], f"{args[at]}|{names}", *args[at + 1 :])
+    return (*args, "-E", names)
 
 
 MODEL = ("-L", "model")
@@ -221,8 +224,7 @@ def _verify(session: Session) -> list[Check]:
         raise VerifyError("this dgr verify has no work build dirs to run upstream's tests in")
     work_build = session.work_build
     default = session.env.default
-    own = session.patched.manifest.build.native_tests
-    suites = [Suite("main", main_args(own), NATIVE, default.path)] + [
+    suites = [Suite("main", MAIN, NATIVE, default.path)] + [
         Suite(f"model@{m.name}", MODEL, REAL_MODEL, m.path, model_file=True) for m in session.env.models
     ]
     declared = session.expectations().why_upstream_fails
@@ -236,8 +238,10 @@ def _verify(session: Session) -> list[Check]:
         "suites": [[s.name, list(s.args), s.model.name, s.model_file] for s in suites],
     }
 
+    own = session.patched.manifest.build.native_tests
+
     def compare() -> tuple[list[Check], dict[str, str]]:
-        return _compare(session.ctest, work_build, patched_dir, suites, declared), {}
+        return _compare(session.ctest, work_build, patched_dir, suites, declared, own), {}
 
     return session.kept("upstream", inputs, compare)[0]
 
@@ -248,12 +252,16 @@ def _compare(
     patched_dir: Path,
     suites: list[Suite],
     declared: Callable[[str], str | None],
+    own: Collection[str] = (),
 ) -> list[Check]:
-    patched = run_side(ctest, patched_dir, suites)
-    # the baseline, configured (no test built yet), lists its tests; it builds and runs those of each suite
-    # that do not pass on the patched build, with the setups of their fixtures
+    # the baseline, configured (no test built yet), lists its tests; the patched build runs every suite less
+    # the tests of `own` (the series' native tests) that the baseline lacks
     configured = work_build(True, ())
     listed = {s.name: {str(t.get("name")) for t in _registered(ctest, configured, s.args)} for s in suites}
+    only_ours = set(own) - set().union(*listed.values())
+    patched = run_side(ctest, patched_dir, [replace(s, args=without(s.args, only_ours)) for s in suites])
+    # the baseline builds and runs the tests of each suite that do not pass on the patched build, with the
+    # setups of their fixtures
     wanted = {
         s.name: {n for n in listed[s.name] if not (n in patched[s.name] and patched[s.name][n].passed)}
         for s in suites
