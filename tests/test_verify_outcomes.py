@@ -175,7 +175,8 @@ def test_a_check_a_native_test_skipped_is_listed_not_passed() -> None:
 
 
 EXAMPLE_OK = "\n".join(
-    f"main: step {i}: {4 if i == 0 else 1} token(s) in, max |logit difference| 0, next token {i} 'x' (split: {i})"
+    f"main: step {i}: {4 if i == 0 else 1} token(s) in, max |logit difference| 0, "
+    f"next token {i} 'x' (split: {i})"
     for i in range(9)
 )
 

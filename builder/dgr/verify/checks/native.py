@@ -203,7 +203,7 @@ def run_example(session: Session, built: Built) -> list[Check]:
     for model in session.env.models:
 
         def ran(model: RealModel = model) -> tuple[list[Check], dict[str, str]]:
-            cmd = [example, "-m", model.path, "-n", str(EXAMPLE_STEPS), "-ngl", "0"]
+            cmd: list[str | Path] = [example, "-m", model.path, "-n", str(EXAMPLE_STEPS), "-ngl", "0"]
             result = proc.run(cmd, check=False, error=DgrError, what=EXAMPLE, timeout=600)
             return [
                 example_check(model.name, result.returncode, result.stdout + result.stderr, model.n_layer)
