@@ -47,7 +47,7 @@ from tests.helpers import ROOT, git, run_dgr
 pytestmark = pytest.mark.e2e
 
 COPIED = ("pyproject.toml", "locks", "series", "patches", "upstream-package", "verify/worker")
-PULLS = 6
+PULLS = 5
 """The stacked pull requests of the series: one per patch."""
 
 
