@@ -46,6 +46,43 @@ def test_native_tests_from_added_lines() -> None:
     assert buildplan.native_test_targets(patches)[-1] == ("test-llama-archs-layer-ranges", "test-llama-archs")
 
 
+ADDS_EXAMPLE = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: A <a@b>
+Date: Thu, 1 Jan 2026 00:00:00 +0000
+Subject: [PATCH] examples : add an example
+
+Body.
+
+diff --git a/examples/split/CMakeLists.txt b/examples/split/CMakeLists.txt
+new file mode 100644
+index 0000000..2222222
+--- /dev/null
++++ b/examples/split/CMakeLists.txt
+@@ -0,0 +1,5 @@
++set(TARGET llama-split-example)
++add_executable(${TARGET} split.cpp)
++add_test(NAME test-split-example COMMAND llama-split-example -m model.gguf -n 4)
++# add_test(NAME test-commented-out COMMAND llama-split-example)
++set_tests_properties(test-split-example PROPERTIES LABELS main)
+diff --git a/tools/other/CMakeLists.txt b/tools/other/CMakeLists.txt
+index 1111111..2222222 100644
+--- a/tools/other/CMakeLists.txt
++++ b/tools/other/CMakeLists.txt
+@@ -1,1 +1,2 @@
+ set(TARGET llama-other)
++add_test(NAME test-not-an-example COMMAND llama-other)
+"""
+
+
+def test_an_examples_test_is_a_native_test_of_its_executable() -> None:
+    """upstream's form (eval-callback): an example registers its test in its own CMakeLists.txt; a test of a
+    tool or a commented-out line is none of the series' native tests."""
+    patches = [patchfile.parse(ADDS_TESTS), patchfile.parse(ADDS_EXAMPLE)]
+    assert buildplan.native_test_targets(patches)[-1] == ("test-split-example", "llama-split-example")
+    assert "test-not-an-example" not in buildplan.native_tests(patches)
+    assert "test-commented-out" not in buildplan.native_tests(patches)
+
+
 def test_fixture_series_adds_no_native_tests() -> None:
     patches = [patchfile.load(p) for p in sorted((FIXTURES / "series" / "patches").iterdir())]
     assert buildplan.native_tests(patches) == ()

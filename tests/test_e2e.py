@@ -319,7 +319,7 @@ def test_the_committed_matrix_is_what_rebase_check_prints(cache_a: Path, fetched
         return [line for line in text.splitlines() if line.startswith("|")]
 
     assert table(result.stdout) == table((ROOT / "docs" / "forward" / "matrix.md").read_text())
-    assert len(table(result.stdout)) == 2 + 5  # header, rule, the five patches
+    assert len(table(result.stdout)) == 2 + 6  # header, rule, the six patches
 
 
 def test_edit_then_export_leaves_git_status_clean(

@@ -47,7 +47,7 @@ from tests.helpers import ROOT, git, run_dgr
 pytestmark = pytest.mark.e2e
 
 COPIED = ("pyproject.toml", "locks", "series", "patches", "upstream-package", "verify/worker")
-PULLS = 5
+PULLS = 6
 """The stacked pull requests of the series: one per patch."""
 
 

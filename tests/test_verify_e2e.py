@@ -30,6 +30,8 @@ pytestmark = pytest.mark.e2e
 # the ctest of the first patch (every layer input captured), and the one the second patch adds (ranges)
 LAYER_INPUTS = "test-llama-archs-layer-inputs"
 NATIVE_TESTS = {LAYER_INPUTS, "test-llama-archs-layer-ranges"}
+EXAMPLE_TEST = "test-layer-range"
+"""The test of the example the last patch adds (examples/layer-range): a random model split in two."""
 # upstream's test that writes the model directory (fixture generate-models), which the range test reads from
 # layer-range-mmap.patch on
 GENERATE_MODELS = "test-generate-models"
@@ -66,9 +68,10 @@ def checks_of(report: dict[str, Any], group: str) -> dict[str, dict[str, Any]]:
 
 
 def test_build_holds_the_native_tests_and_the_worker(real_build: dict[str, Any]) -> None:
-    assert set(real_build["build"]["native_tests"]) >= NATIVE_TESTS
+    assert set(real_build["build"]["native_tests"]) >= NATIVE_TESTS | {EXAMPLE_TEST}
     assert "bin/layer-worker" in real_build["artifacts"]
-    assert len(real_build["patches"]) == 5
+    assert "bin/llama-layer-range" in real_build["artifacts"]
+    assert len(real_build["patches"]) == 6
 
 
 APART = ("device_failure", "upstream_failure", "not_compared")
@@ -98,7 +101,10 @@ def test_native_tests_ran_from_ctest(verify_run: Any) -> None:
     native = checks_of(verify_run[1], "native")
     # a check a test skipped here (mlock, where the process may not lock the model) is listed apart
     skipped = {n for n in native if "/skipped-" in n}
-    assert set(native) - skipped == NATIVE_TESTS | {GENERATE_MODELS}
+    # the example, beside its CTest entry on a random model, splits each locked model in two
+    examples = {f"llama-layer-range/{m}" for m in ("smollm2", "gemma3")}
+    assert set(native) - skipped == NATIVE_TESTS | {GENERATE_MODELS, EXAMPLE_TEST} | examples
+    assert all(native[n]["figures"]["steps"] == 9 for n in examples)
     assert all(c["evidence"] == "native test" and c["passed"] for n, c in native.items() if n not in skipped)
     assert all(native[n].get("not_compared") and native[n]["detail"].startswith("skipped: ") for n in skipped)
 
@@ -121,19 +127,19 @@ def test_upstreams_own_suite_passes_on_the_patched_build_where_it_passes_on_the_
     # four sequences in parallel on a real model, the download fixture replaced by the locked model; the
     # baseline runs only the tests that do not pass on the patched build
     assert upstream["main/test-thread-safety"]["figures"] == {"baseline": NOT_RUN, "patched": "pass"}
-    # the two CTest entries the series registers for its own test program are the native group's, not run
+    # the CTest entries the series registers for its own programs are the native group's, not run
     # again here; every test of the group is one the baseline has too
-    assert not {f"main/{n}" for n in NATIVE_TESTS} & set(upstream)
+    assert not {f"main/{n}" for n in NATIVE_TESTS | {EXAMPLE_TEST}} & set(upstream)
     assert not [n for n, c in upstream.items() if c["figures"]["baseline"] == "absent"]
     assert all((c["figures"]["baseline"] == NOT_RUN) == c["passed"] for c in upstream.values())
 
 
 def test_every_prefix_of_the_series_builds_and_passes_its_own_tests(verify_run: Any) -> None:
     series = checks_of(verify_run[1], "series")
-    assert sorted(series) == ["prefix-1", "prefix-2", "prefix-3", "prefix-4", "prefix-5"]
+    assert sorted(series) == [f"prefix-{k}" for k in range(1, 7)]
     assert all(c["passed"] for c in series.values())
     digests = {c["figures"]["inputs_digest"] for c in series.values()}
-    assert len(digests) == 5  # each prefix is a build of its own
+    assert len(digests) == 6  # each prefix is a build of its own
     # the first patch changes no behaviour (its graphs are compared with upstream's) and registers the test
     # that every layer input can be captured; the later prefixes run both tests
     assert series["prefix-1"]["figures"]["tests"] == {LAYER_INPUTS: True}
@@ -143,6 +149,10 @@ def test_every_prefix_of_the_series_builds_and_passes_its_own_tests(verify_run: 
         assert series[f"prefix-{k}"]["figures"]["tests"] == dict.fromkeys(
             NATIVE_TESTS | {GENERATE_MODELS}, True
         )
+    # the example splits a random model of test-generate-models
+    assert series["prefix-6"]["figures"]["tests"] == dict.fromkeys(
+        NATIVE_TESTS | {GENERATE_MODELS, EXAMPLE_TEST}, True
+    )
 
 
 def test_every_architecture_is_certified_refused_at_load_or_without_a_model(verify_run: Any) -> None:
@@ -168,7 +178,15 @@ def test_every_architecture_is_certified_refused_at_load_or_without_a_model(veri
     assert archs["gemma3/dense"]["figures"]["status"] == "certified"
     # a range of these would compute something else (state carried between layers, token ids read by the
     # layers): they are not opted in and refuse a range at load
-    for name in ("rwkv7/dense", "arwkv7/dense", "cogvlm/dense", "glm-dsa/moe", "graniteswitch/dense"):
+    # (gemma4: its random model builds since layer-inputs.patch gives its sliding-window pattern per layer)
+    for name in (
+        "rwkv7/dense",
+        "arwkv7/dense",
+        "cogvlm/dense",
+        "glm-dsa/moe",
+        "graniteswitch/dense",
+        "gemma4/dense",
+    ):
         assert archs[name]["figures"]["status"] == "refused", name
         assert archs[name]["figures"]["reason"] == "not opted in, refused at load", name
 
@@ -257,7 +275,7 @@ PACKAGE_FILES = {
     "README.md",
     "REPRODUCE.md",
     "range-diff.txt",
-    *(f"PR-{n}.{ext}" for n in range(1, 6) for ext in ("bundle", "md")),
+    *(f"PR-{n}.{ext}" for n in range(1, 7) for ext in ("bundle", "md")),
     *(
         f"rules/{name}"
         for name in (

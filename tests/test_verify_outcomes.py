@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from dgr.contracts.report import Check, Counts, Report
 from dgr.errors import ConfigError
-from dgr.verify.checks import session
+from dgr.verify.checks import native, session
 from dgr.verify.checks.progress import Progress
 from dgr.verify.checks.report import junit_xml, nonempty, table
 from dgr.verify.models.env import Env, RealModel
@@ -172,3 +172,30 @@ def test_a_check_a_native_test_skipped_is_listed_not_passed() -> None:
     check = series.prefix_check(4, ["a.patch"], "d" * 64, TestRun([passed, skip]), (case.name,))
     assert check.passed and check.figures["skipped"] == [skip.detail]
     assert Counts.of([passed, skip]) == Counts(passed=1, device_failures=0, failed=0, not_compared=1)
+
+
+EXAMPLE_OK = "\n".join(
+    f"main: step {i}: {4 if i == 0 else 1} token(s) in, max |logit difference| 0, "
+    f"next token {i} 'x' (split: {i})"
+    for i in range(9)
+)
+
+
+def test_the_example_passes_only_when_every_step_is_the_whole_models() -> None:
+    assert native.example_check("m", 0, EXAMPLE_OK, 30).passed
+    # a step whose logits differ, a step whose next token differs, a step missing, a failing exit
+    differs = EXAMPLE_OK.replace(
+        "step 3: 1 token(s) in, max |logit difference| 0,",
+        "step 3: 1 token(s) in, max |logit difference| 0.25,",
+    )
+    token = EXAMPLE_OK.replace("next token 5 'x' (split: 5)", "next token 5 'x' (split: 6)")
+    short = "\n".join(EXAMPLE_OK.splitlines()[:-1])
+    for output, code, why in (
+        (differs, 0, "at step(s) [3]"),
+        (token, 0, "at step(s) [5]"),
+        (short, 0, "not 0 to 8"),
+        (EXAMPLE_OK, 1, "exited 1"),
+        ("", 0, "printed steps []"),
+    ):
+        check = native.example_check("m", code, output, 30)
+        assert not check.passed and why in check.detail, (why, check.detail)

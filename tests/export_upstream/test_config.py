@@ -53,7 +53,14 @@ def test_the_repository_configuration_covers_the_series() -> None:
     names = series.load(ROOT / "series" / "series").names
     data = upstream_package.load_config(ROOT / "upstream-package" / "package.toml", names)
     assert [c.patch for c in data.concerns] == names
-    assert [c.group for c in data.concerns] == ["graph", "ownership", "archs", "ownership", "archs"]
+    assert [c.group for c in data.concerns] == [
+        "graph",
+        "ownership",
+        "archs",
+        "ownership",
+        "archs",
+        "boundary",
+    ]
     assert data.deny_words == ("meshnet", "dgr", "routing", "billing", "relay")
     # one stacked pull request per patch, titled with the patch's subject
     assert [p.patches for p in data.pulls] == [(n,) for n in names]

@@ -34,6 +34,9 @@ INPUTS_FORMAT = 4
 # tests/CMakeLists.txt: `llama_build_and_test(<file>.cpp [NAME n] ...)` builds a target and registers its
 # test, `llama_test(<target> [NAME n] ...)` registers a test of a target built otherwise
 _NATIVE_TEST = re.compile(r"\b(llama_build_and_test|llama_test)\s*\(([^)]*)\)")
+# examples/<name>/CMakeLists.txt (as upstream's eval-callback does): `add_test(NAME n COMMAND <target> ...)`
+_EXAMPLE_TEST = re.compile(r"\badd_test\s*\(\s*NAME\s+([\w.-]+)\s+COMMAND\s+([\w.-]+)")
+_EXAMPLE_CMAKE = re.compile(r"examples/[^/]+/CMakeLists\.txt")
 
 
 @dataclass(frozen=True)
@@ -110,13 +113,12 @@ class Plan:
 
 
 def native_test_targets(patches: list[patchfile.Patch]) -> tuple[tuple[str, str], ...]:
-    """(test name, target) of every test the patches add to tests/CMakeLists.txt."""
+    """(test name, target) of every test the patches add to tests/CMakeLists.txt, then of every test they add
+    to the CMakeLists.txt of an example (a test of the example's executable)."""
     found: list[tuple[str, str]] = []
     for patch in patches:
         diff = patch.file("tests/CMakeLists.txt")
-        if diff is None:
-            continue
-        added = "\n".join(line.split("#", 1)[0] for line in diff.added)
+        added = "\n".join(line.split("#", 1)[0] for line in diff.added) if diff else ""
         for match in _NATIVE_TEST.finditer(added):
             args = match.group(2).split()
             if not args:
@@ -124,6 +126,9 @@ def native_test_targets(patches: list[patchfile.Patch]) -> tuple[tuple[str, str]
             target = Path(args[0]).stem if match.group(1) == "llama_build_and_test" else args[0]
             name = args[args.index("NAME") + 1] if "NAME" in args[:-1] else target
             found.append((name, target))
+        for example in (f for f in patch.files if _EXAMPLE_CMAKE.fullmatch(f.path)):
+            added = "\n".join(line.split("#", 1)[0] for line in example.added)
+            found += [(m.group(1), m.group(2)) for m in _EXAMPLE_TEST.finditer(added)]
     return tuple(dict.fromkeys(found))
 
 

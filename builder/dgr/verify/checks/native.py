@@ -15,6 +15,7 @@ from dgr.core import proc
 from dgr.errors import DgrError
 from dgr.verify.checks.session import Built, GroupSpec, Session
 from dgr.verify.checks.testrun import TestRun
+from dgr.verify.models.env import RealModel
 
 # CTest keeps only the first 1 KiB of a passing test's output unless told otherwise; the tables of the tests
 # are read from it (the archs group)
@@ -161,9 +162,66 @@ def kept_run(session: Session, built: Built) -> TestRun:
     return TestRun(checks, outputs)
 
 
+EXAMPLE = "llama-layer-range"
+"""The example of the series (examples/layer-range): a model split in two ranges, compared with the whole."""
+EXAMPLE_STEPS = 8
+"""The tokens the example generates after the prompt: the prompt's graph, then the single-token graph."""
+_EXAMPLE_STEP = re.compile(
+    r"^main: step (\d+): .* max \|logit difference\| (\S+), next token (-?\d+) .*\(split: (-?\d+)\)$", re.M
+)
+
+
+def example_check(name: str, result_code: int, output: str, n_layer: int) -> Check:
+    """The example on a real model: it exits 0, and each step it printed (the prompt, then one per generated
+    token) has the same next token and no logit difference between the split and the whole model."""
+    steps = [(int(s), float(d), int(a), int(b)) for s, d, a, b in _EXAMPLE_STEP.findall(output)]
+    wrong = [s for s, d, a, b in steps if d != 0.0 or a != b]
+    problems = []
+    if result_code != 0:
+        problems.append(f"exited {result_code}")
+    if [s for s, *_ in steps] != list(range(EXAMPLE_STEPS + 1)):
+        problems.append(f"printed steps {[s for s, *_ in steps]}, not 0 to {EXAMPLE_STEPS}")
+    if wrong:
+        problems.append(f"the split differs from the whole model at step(s) {wrong}")
+    return Check(
+        group="native",
+        name=f"{EXAMPLE}/{name}",
+        evidence=NATIVE,
+        passed=not problems,
+        figures={"split": [[0, n_layer // 2], [n_layer // 2, n_layer]], "steps": len(steps)},
+        detail="; ".join(problems) + ("\n" + output[-2000:] if problems else ""),
+    )
+
+
+def run_example(session: Session, built: Built) -> list[Check]:
+    """The example of the series run on every locked model, its default split (half of the layers each) and
+    EXAMPLE_STEPS generated tokens; nothing when the build has no example (a prefix without it)."""
+    example = built.path / "bin" / EXAMPLE
+    if f"bin/{EXAMPLE}" not in built.manifest.artifacts:
+        return []
+    checks = []
+    for model in session.env.models:
+
+        def ran(model: RealModel = model) -> tuple[list[Check], dict[str, str]]:
+            cmd: list[str | Path] = [example, "-m", model.path, "-n", str(EXAMPLE_STEPS), "-ngl", "0"]
+            result = proc.run(cmd, check=False, error=DgrError, what=EXAMPLE, timeout=600)
+            return [
+                example_check(model.name, result.returncode, result.stdout + result.stderr, model.n_layer)
+            ], {}
+
+        # the model's file in the cache: models/<its sha256>/<name>
+        inputs = {
+            "part": EXAMPLE,
+            "build": session.built(built),
+            "model": model.path.parent.name + "/" + model.path.name,
+        }
+        checks += session.kept(f"native/{EXAMPLE}/{model.name}", inputs, ran)[0]
+    return checks
+
+
 def _verify(session: Session) -> list[Check]:
     session.native_ran = kept_run(session, session.patched)
-    return session.native_ran.checks
+    return session.native_ran.checks + run_example(session, session.patched)
 
 
 GROUP = GroupSpec(_verify)
