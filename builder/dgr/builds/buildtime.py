@@ -140,11 +140,7 @@ def edit_rebuild(ctx: Context, toolchain: Toolchain, targets: list[str]) -> dict
     a work tree one line away, built: the prefixes of the series (`dgr verify`) share it, and the worker a
     prefix build left behind would otherwise be rebuilt inside the timed build (50 s instead of 15 s)."""
     manifest = build.run(ctx, buildplan.Request()).manifest
-
-    def series_built() -> None:
-        _series_built(toolchain, manifest, targets)
-
-    series_built()
+    _series_built(toolchain, manifest, targets)
     with tempfile.TemporaryDirectory(prefix="dgr-bench-repo-") as tmp:
         copy = Path(tmp)
         shutil.copy(ctx.repo.root / "pyproject.toml", copy)
@@ -168,7 +164,7 @@ def edit_rebuild(ctx: Context, toolchain: Toolchain, targets: list[str]) -> dict
             )
     # the work tree now holds the edited file: put the original back and let ninja rebuild the same files
     start = time.perf_counter()
-    series_built()
+    _series_built(toolchain, manifest, targets)
     ninja_s = time.perf_counter() - start
     return {
         "edit_dgr_s": dgr_s,
